@@ -1,0 +1,176 @@
+"""The one validated description of a cuDNN RNN: :class:`RNNSpec`.
+
+Everything that differs between models (mode, sizes, input mode, direction, projection) lives in
+this frozen object; it is validated once, when it is made, and every other module derives its
+counts from it instead of re-checking arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import InitVar, dataclass
+from typing import Any
+
+from cudnn_rnn.core.constants import (
+    CUDNN_INPUT_AUTO_MODE,
+    CUDNN_INPUT_LINEAR_MODE,
+    CUDNN_INPUT_SKIP_MODE,
+    CUDNN_LSTM,
+    CUDNN_RNN_BIDIRECTION,
+    CUDNN_RNN_UNIDIRECTION,
+    DIRECTIONS,
+    INPUT_MODES,
+    MODES,
+)
+from cudnn_rnn.core.gates import CUDNN_GATES
+
+
+def _choice(owner: str, name: str, value: object, allowed: tuple[str, ...], consts: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{owner}: {name} must be a str, one of {_quoted(allowed)}, got {type(value).__name__} "
+            f"{value!r}."
+        )
+    if value not in allowed:
+        raise ValueError(
+            f"{owner}: invalid {name} {value!r}; expected one of {_quoted(allowed)} "
+            f"(the constants cudnn_rnn.{consts})."
+        )
+    return value
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def check_int(owner: str, name: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``: TypeError if not an integer, ValueError if smaller."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{owner}: {name} must be an int >= {minimum}, got {type(value).__name__} {value!r}."
+        )
+    if value < minimum:
+        raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got {value}.")
+    return int(value)
+
+
+def check_mode(owner: str, mode: object) -> str:
+    return _choice(owner, "rnn_mode", mode, MODES, "CUDNN_LSTM/GRU/RNN_TANH/RNN_RELU")
+
+
+def check_direction(owner: str, direction: object) -> str:
+    return _choice(
+        owner, "direction", direction, DIRECTIONS, "CUDNN_RNN_UNIDIRECTION/CUDNN_RNN_BIDIRECTION"
+    )
+
+
+def check_input_mode(owner: str, input_mode: object) -> str:
+    return _choice(
+        owner, "input_mode", input_mode, INPUT_MODES, "CUDNN_INPUT_LINEAR/SKIP/AUTO_MODE"
+    )
+
+
+def check_dropout(owner: str, dropout: object) -> float:
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise TypeError(
+            f"{owner}: dropout must be a float in [0, 1], got {type(dropout).__name__} {dropout!r}."
+        )
+    value = float(dropout)
+    if not (0.0 <= value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{owner}: dropout must be a float in [0, 1], got {value}.")
+    return value
+
+
+@dataclass(frozen=True)
+class RNNSpec:
+    """A validated cuDNN RNN configuration (mode, sizes, input mode, direction, projection).
+
+    ``owner`` only names the caller in error messages. ``input_mode="auto_select"`` is kept as
+    given; :attr:`skip_input` says what it resolves to (skip exactly when ``input_size ==
+    num_units``).
+
+    >>> spec = RNNSpec("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")
+    >>> spec.num_gates, spec.num_dirs, spec.layer_input_size(1)
+    (4, 2, 16)
+    """
+
+    mode: str
+    num_layers: int
+    num_units: int
+    input_size: int
+    input_mode: str = CUDNN_INPUT_LINEAR_MODE
+    direction: str = CUDNN_RNN_UNIDIRECTION
+    num_proj: int | None = None
+    dropout: float = 0.0
+    owner: InitVar[str] = "RNNSpec"
+
+    def __post_init__(self, owner: str) -> None:
+        # Normalise in place (frozen: object.__setattr__), so equal configs compare and hash equal.
+        values: dict[str, Any] = {
+            "mode": check_mode(owner, self.mode),
+            "num_layers": check_int(owner, "num_layers", self.num_layers, 1),
+            "num_units": check_int(owner, "num_units", self.num_units, 1),
+            "input_size": check_int(owner, "input_size", self.input_size, 1),
+            "input_mode": check_input_mode(owner, self.input_mode),
+            "direction": check_direction(owner, self.direction),
+            "dropout": check_dropout(owner, self.dropout),
+        }
+        if self.num_proj is not None:
+            if values["mode"] != CUDNN_LSTM:
+                raise ValueError(
+                    f"{owner}: num_proj is only supported for rnn_mode 'lstm', got rnn_mode "
+                    f"{values['mode']!r} with num_proj={self.num_proj!r}; pass num_proj=None."
+                )
+            proj = check_int(owner, "num_proj", self.num_proj, 1)
+            if proj > values["num_units"]:
+                raise ValueError(
+                    f"{owner}: num_proj must be in [1, num_units={values['num_units']}], got "
+                    f"{proj}; use num_proj=None for no projection."
+                )
+            values["num_proj"] = proj
+        if (
+            values["input_mode"] == CUDNN_INPUT_SKIP_MODE
+            and values["input_size"] != values["num_units"]
+        ):
+            raise ValueError(
+                f"{owner}: input_mode 'skip_input' adds the input to every gate as is, so it needs "
+                f"input_size == num_units, got input_size={values['input_size']} and "
+                f"num_units={values['num_units']}; use 'linear_input' or 'auto_select'."
+            )
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    @property
+    def num_gates(self) -> int:
+        """G: 4 for LSTM, 3 for GRU, 1 for the plain RNNs."""
+        return len(CUDNN_GATES[self.mode])
+
+    @property
+    def num_dirs(self) -> int:
+        return 2 if self.direction == CUDNN_RNN_BIDIRECTION else 1
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.direction == CUDNN_RNN_BIDIRECTION
+
+    @property
+    def skip_input(self) -> bool:
+        """Whether layer 0 adds its input to the gates as is (no input matrices)."""
+        if self.input_mode == CUDNN_INPUT_AUTO_MODE:
+            return self.input_size == self.num_units
+        return self.input_mode == CUDNN_INPUT_SKIP_MODE
+
+    @property
+    def output_units(self) -> int:
+        """Width of h, and of each direction's output: num_proj if set, else num_units."""
+        return self.num_proj if self.num_proj is not None else self.num_units
+
+    @property
+    def num_states(self) -> int:
+        """First dimension of the state tensors: num_layers * num_dirs."""
+        return self.num_layers * self.num_dirs
+
+    def layer_input_size(self, layer: int) -> int:
+        """Input width of ``layer``: input_size for layer 0, num_dirs * output_units after."""
+        return self.input_size if layer == 0 else self.num_dirs * self.output_units

@@ -1,0 +1,290 @@
+"""The forward pass of a cuDNN RNN on torch's fused kernels.
+
+The kernels are the ones ``torch.nn.LSTM/GRU/RNN`` run (native or oneDNN on CPU, cuDNN on CUDA).
+They take per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` with the gates stacked in cuDNN's
+order, and their GRU puts ``b_hn`` inside the reset product like cuDNN, so the math is cuDNN's.
+We hand them views into the opaque buffer (see :mod:`cudnn_rnn.core.layout`): no copy of the
+parameters on the hot path.
+
+What torch's kernels do not do, this module adds around them:
+
+* ``skip_input``: layer 0 gets a stacked identity as its input matrix. ``1 * x + 0 * ...`` is
+  exact in floating point, so this is the "input added to every gate as is" of cuDNN.
+* dropout: torch's kernels draw masks from the global RNG; we run layer by layer instead and draw
+  inverted-dropout masks from the caller's own generator, in the padded time-major shape
+  ``[T, B, num_dirs * Hout]`` so the same seed gives the same masks with or without lengths.
+* ``num_proj == num_units``: torch recognises a projection only when h is narrower than c, so the
+  cell gets one extra unit whose weights are all zero (its c stays exactly 0 and its projection
+  column is 0), which leaves the math unchanged. This one case copies the weights.
+* variable lengths: packed sequences, whose semantics are cuDNN's padded mode (outputs past a
+  length are 0, final states are the last valid step's, the backward direction starts there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import _VF, Tensor
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.layout import Block, Layout
+from cudnn_rnn.core.spec import RNNSpec
+
+_KERNELS: dict[str, Callable[..., Any]] = {
+    CUDNN_LSTM: _VF.lstm,
+    CUDNN_GRU: _VF.gru,
+    CUDNN_RNN_TANH: _VF.rnn_tanh,
+    CUDNN_RNN_RELU: _VF.rnn_relu,
+}
+
+
+class _SplitParams(torch.autograd.Function):
+    """Views of the opaque buffer as the stacked blocks; the backward writes one gradient buffer.
+
+    With plain slicing every view's backward would allocate a zero buffer of the full size; the
+    blocks tile the buffer exactly, so their gradients concatenate into it instead.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, params: Tensor, blocks: tuple[Block, ...]) -> tuple[Tensor, ...]:
+        ctx.blocks = blocks
+        return tuple(params[b.offset : b.offset + _numel(b)].view(b.shape) for b in blocks)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor, None]:
+        ref = next(g for g in grads if g is not None)
+        flat = [
+            g.reshape(-1) if g is not None else ref.new_zeros(_numel(b))
+            for g, b in zip(grads, ctx.blocks)
+        ]
+        return torch.cat(flat), None
+
+
+def _indices(t: Tensor | None) -> Tensor:
+    if t is None:  # pack_padded_sequence(enforce_sorted=False) always sets both permutations
+        raise AssertionError("packed sequence without its permutation")
+    return t
+
+
+def _numel(b: Block) -> int:
+    n = 1
+    for s in b.shape:
+        n *= s
+    return n
+
+
+def kernel_weights(layout: Layout, params: Tensor) -> list[Tensor]:
+    """Per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` as views into ``params``."""
+    blocks = _blocks_in_buffer_order(layout)
+    views = dict(zip(blocks, _SplitParams.apply(params, blocks)))  # type: ignore[no-untyped-call]
+    spec = layout.spec
+    out: list[Tensor] = []
+    for f in layout.fused:
+        w_ih = (
+            views[f.w_ih]
+            if f.w_ih is not None
+            else _stacked_identity(spec.num_gates, spec.num_units, params)
+        )
+        out += [w_ih, views[f.w_hh], views[f.b_ih], views[f.b_hh]]
+        if f.w_hr is not None:
+            out.append(views[f.w_hr])
+    return out
+
+
+def _blocks_in_buffer_order(layout: Layout) -> tuple[Block, ...]:
+    blocks = [
+        b for f in layout.fused for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh) if b is not None
+    ]
+    return tuple(sorted(blocks, key=lambda b: b.offset))
+
+
+_IDENTITY_CACHE: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
+
+
+def _stacked_identity(gates: int, units: int, like: Tensor) -> Tensor:
+    key = (gates, units, like.dtype, like.device)
+    eye = _IDENTITY_CACHE.get(key)
+    if eye is None:
+        eye = torch.eye(units, dtype=like.dtype, device=like.device).repeat(gates, 1)
+        _IDENTITY_CACHE[key] = eye
+    return eye
+
+
+def rnn_forward(
+    layout: Layout,
+    params: Tensor,
+    inputs: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    *,
+    training: bool,
+    lengths: Tensor | None,
+    time_major: bool,
+    generator: Callable[[], torch.Generator] | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Run the whole stack; arguments are already validated by the caller.
+
+    ``lengths`` is a CPU int64 tensor ``[B]`` in ``[1, T]`` or None. ``generator`` returns the
+    caller's dropout generator for the inputs' device (needed only when dropout is active).
+    Returns ``(outputs, h_n, c_n)``, ``c_n`` None for the modes without a cell state.
+    """
+    spec = layout.spec
+    x = inputs if time_major else inputs.transpose(0, 1)
+    steps = x.shape[0]
+    weights = kernel_weights(layout, params)
+    padded_cell = spec.num_proj is not None and spec.num_proj == spec.num_units
+    if padded_cell:
+        assert c0 is not None
+        weights, c0 = _add_dead_unit(weights, c0, spec.num_gates, spec.num_units)
+
+    data, batch_sizes, order = x, None, None
+    if lengths is not None and int(lengths.min()) < steps:
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        data, batch_sizes = packed.data, packed.batch_sizes
+        order = (_indices(packed.sorted_indices), _indices(packed.unsorted_indices))
+        h0 = h0.index_select(1, order[0])
+        c0 = c0.index_select(1, order[0]) if c0 is not None else None
+
+    dropout = spec.dropout if training and spec.num_layers > 1 else 0.0
+    with _quiet_known_warnings(
+        spec, x.device, copies=padded_cell or spec.skip_input or bool(dropout)
+    ):
+        y, h_n, c_n = _stack(
+            spec,
+            weights,
+            data,
+            batch_sizes,
+            h0,
+            c0,
+            dropout,
+            (steps, x.shape[1]),
+            lengths,
+            generator,
+        )
+    if order is not None:
+        y = pad_packed_sequence(PackedSequence(y, batch_sizes, *order), total_length=steps)[0]
+        h_n = h_n.index_select(1, order[1])
+        c_n = c_n.index_select(1, order[1]) if c_n is not None else None
+    if padded_cell and c_n is not None:
+        c_n = c_n[..., : spec.num_units]
+    if not time_major:
+        y = y.transpose(0, 1)
+    return y, h_n, c_n
+
+
+def _stack(
+    spec: RNNSpec,
+    weights: list[Tensor],
+    data: Tensor,
+    batch_sizes: Tensor | None,
+    h0: Tensor,
+    c0: Tensor | None,
+    dropout: float,
+    padded_shape: tuple[int, int],
+    lengths: Tensor | None,
+    generator: Callable[[], torch.Generator] | None,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """All layers in one kernel call, or layer by layer with our dropout masks in between."""
+    if dropout == 0.0:
+        return _run(
+            spec.mode, data, batch_sizes, h0, c0, weights, spec.num_layers, spec.bidirectional
+        )
+    if generator is None:
+        raise ValueError("rnn_forward: dropout in training needs a generator")
+    per_layer = len(weights) // spec.num_layers
+    d = spec.num_dirs
+    hs, cs = [], []
+    for layer in range(spec.num_layers):
+        if layer > 0:
+            # Drawn in the padded [T, B, F] shape whatever the packing, so a seed means one mask.
+            mask = _dropout_mask((*padded_shape, data.shape[-1]), dropout, data, generator())
+            if batch_sizes is not None and lengths is not None:
+                mask = pack_padded_sequence(mask, lengths, enforce_sorted=False).data
+            data = data * mask
+        data, h_l, c_l = _run(
+            spec.mode,
+            data,
+            batch_sizes,
+            h0[layer * d : (layer + 1) * d],
+            c0[layer * d : (layer + 1) * d] if c0 is not None else None,
+            weights[layer * per_layer : (layer + 1) * per_layer],
+            1,
+            spec.bidirectional,
+        )
+        hs.append(h_l)
+        if c_l is not None:
+            cs.append(c_l)
+    return data, torch.cat(hs), (torch.cat(cs) if cs else None)
+
+
+def _run(
+    mode: str,
+    data: Tensor,
+    batch_sizes: Tensor | None,
+    h0: Tensor,
+    c0: Tensor | None,
+    weights: Sequence[Tensor],
+    num_layers: int,
+    bidirectional: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    kernel = _KERNELS[mode]
+    hx: Any = (h0, c0) if mode == CUDNN_LSTM else h0
+    # The kernel's own dropout stays 0 (it would use the global RNG). `train` only tells cuDNN to
+    # keep what its backward needs, so it follows grad mode.
+    train = torch.is_grad_enabled()
+    lead = (data,) if batch_sizes is None else (data, batch_sizes)
+    tail = (True, num_layers, 0.0, train, bidirectional) + ((False,) if batch_sizes is None else ())
+    result = kernel(*lead, hx, list(weights), *tail)
+    return result[0], result[1], (result[2] if mode == CUDNN_LSTM else None)
+
+
+@contextlib.contextmanager
+def _quiet_known_warnings(spec: RNNSpec, device: torch.device, copies: bool) -> Iterator[None]:
+    """Silence torch's warnings about cases we know of and document (docs/gpu.md).
+
+    On CPU torch warns that oneDNN has no LSTM projection and then uses its own kernel. On CUDA
+    it warns when the weights are not the one chunk cuDNN expects, and copies them: that happens
+    where this module must build weights (skip_input's identity, num_proj == num_units) or runs
+    layer by layer (dropout in training).
+    """
+    messages = []
+    if spec.num_proj is not None and device.type == "cpu":
+        messages.append("LSTM with projections is not supported")
+    if copies and device.type == "cuda":
+        messages.append("RNN module weights are not part of single contiguous chunk")
+    if not messages:
+        yield
+        return
+    with warnings.catch_warnings():
+        for message in messages:
+            warnings.filterwarnings("ignore", message=message)
+        yield
+
+
+def _add_dead_unit(
+    weights: list[Tensor], c0: Tensor, gates: int, units: int
+) -> tuple[list[Tensor], Tensor]:
+    out = []
+    for i, w in enumerate(weights):
+        if i % 5 == 4:  # w_hr [P, H]: a zero column for the extra unit
+            out.append(F.pad(w, (0, 1)))
+        else:  # stacked [G*H, ...]: a zero row at the end of every gate block
+            blocks = w.reshape(gates, units, -1)
+            out.append(F.pad(blocks, (0, 0, 0, 1)).reshape(gates * (units + 1), *w.shape[1:]))
+    return out, F.pad(c0, (0, 1))
+
+
+def _dropout_mask(
+    shape: tuple[int, int, int], p: float, like: Tensor, generator: torch.Generator
+) -> Tensor:
+    """Inverted dropout: keep with probability 1 - p and scale by 1 / (1 - p); p = 1 gives zeros."""
+    keep = torch.empty(shape, dtype=torch.float32, device=like.device)
+    keep.bernoulli_(1.0 - p, generator=generator)
+    scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+    return (keep * scale).to(like.dtype)

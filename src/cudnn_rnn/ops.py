@@ -1,0 +1,458 @@
+"""Op-level API of ``tf.contrib.cudnn_rnn``: explicit ``input_size`` and an opaque ``params``.
+
+Legend used in every docstring: ``T`` time steps, ``B`` batch, ``I`` input_size, ``H`` num_units,
+``P`` num_proj, ``Hout = P or H``, ``D`` num_dirs (1 or 2), ``L`` num_layers.
+
+* ``input_data``: ``[T, B, I]`` (``[B, T, I]`` with ``time_major=False``)
+* ``input_h``: ``[L*D, B, Hout]``, index ``layer * D + dir``, whatever ``time_major`` is
+* ``input_c`` (LSTM): ``[L*D, B, H]``
+* ``params``: 1-D, ``params_size()`` elements, the op's dtype
+* ``sequence_lengths``: ``[B]`` integers in ``[1, T]``
+* ``output``: ``[T, B, D*Hout]`` (``[B, T, D*Hout]`` with ``time_major=False``), forward half first
+
+Equations (cuDNN; ``σ`` the logistic function, every gate has an input bias ``bW`` and a
+recurrent bias ``bR``)::
+
+    rnn_tanh/relu  h = act(W x + bW + R h' + bR)
+    lstm           i, f, o = σ(W_g x + bW_g + R_g h' + bR_g)
+                   c~ = tanh(W_c x + bW_c + R_c h' + bR_c)
+                   c = f * c' + i * c~;  h = o * tanh(c)   (h = W_proj h with num_proj)
+    gru            r, u = σ(W_g x + bW_g + R_g h' + bR_g)
+                   h~ = tanh(W_h x + bW_h + r * (R_h h' + bR_h));  h = (1 - u) * h~ + u * h'
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
+    CUDNN_INPUT_LINEAR_MODE,
+    CUDNN_LSTM,
+    CUDNN_RNN_RELU,
+    CUDNN_RNN_TANH,
+    CUDNN_RNN_UNIDIRECTION,
+)
+from cudnn_rnn.core.layout import Layout, layout_of
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.functional import rnn_forward
+
+__all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+
+DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_NUMPY_TO_TORCH = {
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+}
+
+
+def check_dtype(owner: str, dtype: object) -> torch.dtype:
+    """A supported floating dtype (``torch.float32`` or its name ``"float32"``)."""
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if isinstance(value, torch.dtype) and value in DTYPES:
+        return value
+    if not isinstance(dtype, (str, torch.dtype)):
+        raise TypeError(
+            f"{owner}: dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}."
+        )
+    raise ValueError(
+        f"{owner}: only float16, bfloat16, float32 and float64 are supported, provided {dtype!r}."
+    )
+
+
+class _CudnnRNN:
+    """Base of the op-level classes; the mode is data (``_rnn_mode``), the code is shared."""
+
+    _rnn_mode: ClassVar[str]
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        dtype: torch.dtype | str = torch.float32,
+        dropout: float = 0.0,
+        seed: int | None = 0,
+        num_proj: int | None = None,
+    ) -> None:
+        owner = self._owner
+        self._spec = RNNSpec(
+            self._rnn_mode,
+            num_layers,
+            num_units,
+            input_size,
+            input_mode,
+            direction,
+            num_proj,
+            dropout,
+            owner=owner,
+        )
+        self._layout: Layout = layout_of(self._spec)
+        self._dtype = check_dtype(owner, dtype)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(
+                f"{owner}: seed must be an int or None, got {type(seed).__name__} {seed!r}."
+            )
+        # None draws a fresh seed from the OS, never from (or into) torch's global RNG.
+        self._seed = secrets.randbits(63) if seed is None else seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    @property
+    def _owner(self) -> str:
+        return f"ops.{type(self).__name__}"
+
+    # -- properties of the original ------------------------------------------------------------
+    @property
+    def spec(self) -> RNNSpec:
+        """The validated configuration."""
+        return self._spec
+
+    @property
+    def rnn_mode(self) -> str:
+        return self._spec.mode
+
+    @property
+    def num_layers(self) -> int:
+        return self._spec.num_layers
+
+    @property
+    def num_units(self) -> int:
+        return self._spec.num_units
+
+    @property
+    def input_size(self) -> int:
+        return self._spec.input_size
+
+    @property
+    def input_mode(self) -> str:
+        return self._spec.input_mode
+
+    @property
+    def direction(self) -> str:
+        return self._spec.direction
+
+    @property
+    def num_dirs(self) -> int:
+        return self._spec.num_dirs
+
+    @property
+    def num_proj(self) -> int | None:
+        return self._spec.num_proj
+
+    @property
+    def dropout(self) -> float:
+        return self._spec.dropout
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def params_size(self) -> int:
+        """Number of elements of the opaque ``params`` buffer."""
+        return self._layout.size
+
+    # -- canonical conversions ------------------------------------------------------------------
+    def params_to_canonical(self, params: Tensor | np.ndarray) -> tuple[list[Any], list[Any]]:
+        """Split ``params`` into canonical ``(weights, biases)``, as views (gradients reach it).
+
+        Order: all weights, then all biases; layer 0 fw, layer 0 bw, layer 1 fw, ...; per
+        pseudo-layer ``G`` input matrices ``[H, in]``, ``G`` recurrent ``[H, Hout]`` (and
+        ``[P, H]`` projection), biases ``G`` input then ``G`` recurrent ``[H]``. Under
+        skip_input the layer-0 input matrices are identity matrices (not views: they are not
+        stored).
+        """
+        if isinstance(params, np.ndarray):
+            self._check_dtype_of("params", _NUMPY_TO_TORCH.get(params.dtype), params.dtype)
+            self._check_params_shape(tuple(params.shape))
+        else:
+            self._check_params(params, None)
+        return self._layout.unpack(params)
+
+    def canonical_to_params(
+        self, weights: Sequence[Tensor | np.ndarray], biases: Sequence[Tensor | np.ndarray]
+    ) -> Tensor:
+        """Pack canonical ``(weights, biases)`` (torch tensors or NumPy arrays) into ``params``.
+
+        Torch tensors must have the op's dtype and one device; NumPy arrays of any floating
+        dtype are converted to it. The result is differentiable with respect to tensor inputs.
+        """
+        owner = self._owner
+        tensors = []
+        for name, group in (("weights", weights), ("biases", biases)):
+            if isinstance(group, (Tensor, np.ndarray)) or not isinstance(group, Sequence):
+                raise TypeError(
+                    f"{owner}: {name} must be a list of tensors or arrays, got "
+                    f"{type(group).__name__}."
+                )
+            converted = []
+            for i, t in enumerate(group):
+                if isinstance(t, np.ndarray):
+                    if t.dtype.kind != "f":
+                        raise TypeError(
+                            f"{owner}: {name}[{i}] must be a floating array, got dtype {t.dtype}."
+                        )
+                    t = torch.as_tensor(t, dtype=self._dtype)
+                elif isinstance(t, Tensor):
+                    self._check_dtype_of(f"{name}[{i}]", t.dtype, t.dtype)
+                else:
+                    raise TypeError(
+                        f"{owner}: {name}[{i}] must be a torch.Tensor or numpy.ndarray, got "
+                        f"{type(t).__name__}."
+                    )
+                converted.append(t)
+            tensors.append(converted)
+        devices = {t.device for t in tensors[0] + tensors[1]}
+        if len(devices) > 1:
+            raise ValueError(
+                f"{owner}: canonical tensors must be on one device, got "
+                f"{sorted(map(str, devices))}."
+            )
+        if devices and (device := devices.pop()).type != "cpu":
+            tensors = [[t.to(device) for t in group] for group in tensors]
+        return self._layout.pack(tensors[0], tensors[1], owner=owner)  # type: ignore[no-any-return]
+
+    # -- forward --------------------------------------------------------------------------------
+    def _forward(
+        self,
+        input_data: Tensor,
+        input_h: Tensor,
+        input_c: Tensor | None,
+        params: Tensor,
+        is_training: bool,
+        sequence_lengths: Any,
+        time_major: bool,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        spec, owner = self._spec, self._owner
+        for name, flag in (("is_training", is_training), ("time_major", time_major)):
+            if not isinstance(flag, bool):
+                raise TypeError(
+                    f"{owner}: {name} must be a bool, got {type(flag).__name__} {flag!r}."
+                )
+        x = self._check_tensor("input_data", input_data, None)
+        layout = "[time, batch, input_size]" if time_major else "[batch, time, input_size]"
+        if x.dim() != 3 or x.shape[-1] != spec.input_size or x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(
+                f"{owner}: input_data must be a 3-D tensor {layout} with input_size="
+                f"{spec.input_size} and at least one step and one sequence (time_major="
+                f"{time_major}), got shape {tuple(x.shape)}."
+            )
+        steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+        h_shape = (spec.num_states, batch, spec.output_units)
+        h = self._check_tensor("input_h", input_h, x.device)
+        self._check_state_shape("input_h", h, h_shape)
+        c = None
+        if spec.mode == CUDNN_LSTM:
+            c = self._check_tensor("input_c", input_c, x.device)
+            self._check_state_shape("input_c", c, (spec.num_states, batch, spec.num_units))
+        self._check_params(params, x.device)
+        lengths = self._check_lengths(sequence_lengths, steps, batch)
+        return rnn_forward(
+            self._layout,
+            params,
+            x,
+            h,
+            c,
+            training=is_training,
+            lengths=lengths,
+            time_major=time_major,
+            generator=lambda: self._generator(x.device),
+        )
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(self._seed)
+            self._generators[device] = gen
+        return gen
+
+    # -- validation -------------------------------------------------------------------------------
+    def _check_dtype_of(self, name: str, dtype: torch.dtype | None, shown: object) -> None:
+        if dtype != self._dtype:
+            raise TypeError(
+                f"{self._owner}: {name} must have dtype {self._dtype} like the op, got {shown}; "
+                f"convert it with .to({self._dtype})."
+            )
+
+    def _check_tensor(self, name: str, value: object, device: torch.device | None) -> Tensor:
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{self._owner}: {name} must be a torch.Tensor, got {type(value).__name__}"
+                f"{'; wrap it with torch.as_tensor' if isinstance(value, np.ndarray) else ''}."
+            )
+        self._check_dtype_of(name, value.dtype, value.dtype)
+        if device is not None and value.device != device:
+            raise ValueError(
+                f"{self._owner}: {name} is on {value.device} but input_data is on {device}; "
+                "move them to one device."
+            )
+        return value
+
+    def _check_state_shape(self, name: str, t: Tensor, expected: tuple[int, ...]) -> None:
+        if tuple(t.shape) != expected:
+            raise ValueError(
+                f"{self._owner}: {name} must have shape [num_layers * num_dirs, batch, "
+                f"{'num_proj' if name == 'input_h' and self._spec.num_proj else 'num_units'}]"
+                f" = {expected}, got {tuple(t.shape)}."
+            )
+
+    def _check_params_shape(self, shape: tuple[int, ...]) -> None:
+        if shape != (self._layout.size,):
+            raise ValueError(
+                f"{self._owner}: params must be a 1-D buffer of params_size() = "
+                f"{self._layout.size} elements, got shape {shape}."
+            )
+
+    def _check_params(self, params: object, device: torch.device | None) -> None:
+        t = self._check_tensor("params", params, device)
+        self._check_params_shape(tuple(t.shape))
+
+    def _check_lengths(self, lengths: Any, steps: int, batch: int) -> Tensor | None:
+        if lengths is None:
+            return None
+        owner = self._owner
+        if isinstance(lengths, Tensor):
+            if (
+                lengths.dtype.is_floating_point
+                or lengths.dtype.is_complex
+                or lengths.dtype == torch.bool
+            ):
+                raise TypeError(
+                    f"{owner}: sequence_lengths must hold integers, got dtype {lengths.dtype}."
+                )
+            t = lengths.detach().to("cpu", torch.int64)
+        else:
+            arr = np.asarray(lengths)
+            if arr.dtype.kind not in "iu":
+                raise TypeError(
+                    f"{owner}: sequence_lengths must be integers (a tensor, array or list), got "
+                    f"{type(lengths).__name__} of dtype {arr.dtype}."
+                )
+            t = torch.as_tensor(arr, dtype=torch.int64)
+        if tuple(t.shape) != (batch,):
+            raise ValueError(
+                f"{owner}: sequence_lengths must have shape [batch] = ({batch},), got "
+                f"{tuple(t.shape)}."
+            )
+        low, high = int(t.min()), int(t.max())
+        if low < 1 or high > steps:
+            raise ValueError(
+                f"{owner}: sequence_lengths must be in [1, {steps}] (the number of time steps), "
+                "got "
+                f"values from {low} to {high}."
+            )
+        return t
+
+
+class CudnnLSTM(_CudnnRNN):
+    """cuDNN LSTM (gates i, f, c, o), optionally with a recurrent projection (``num_proj``).
+
+    >>> import torch
+    >>> lstm = CudnnLSTM(num_layers=2, num_units=4, input_size=3)
+    >>> params = torch.zeros(lstm.params_size())
+    >>> x, h, c = torch.ones(5, 2, 3), torch.zeros(2, 2, 4), torch.zeros(2, 2, 4)
+    >>> out, h_n, c_n = lstm(x, h, c, params)
+    >>> tuple(out.shape), tuple(h_n.shape), float(out.abs().max())
+    ((5, 2, 4), (2, 2, 4), 0.0)
+    """
+
+    _rnn_mode = CUDNN_LSTM
+
+    def __call__(
+        self,
+        input_data: Tensor,
+        input_h: Tensor,
+        input_c: Tensor,
+        params: Tensor,
+        is_training: bool = True,
+        sequence_lengths: Any = None,
+        time_major: bool = True,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Run the LSTM; returns ``(output, output_h, output_c)`` (shapes in the module legend)."""
+        out, h, c = self._forward(
+            input_data, input_h, input_c, params, is_training, sequence_lengths, time_major
+        )
+        assert c is not None
+        return out, h, c
+
+
+class _CudnnRNNNoInputC(_CudnnRNN):
+    """The modes without a cell state: GRU, RNN-tanh, RNN-relu."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        dtype: torch.dtype | str = torch.float32,
+        dropout: float = 0.0,
+        seed: int | None = 0,
+        num_proj: None = None,
+    ) -> None:
+        # num_proj is accepted only to reject it with a clear message (projection is LSTM-only).
+        super().__init__(
+            num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed, num_proj
+        )
+
+    def __call__(
+        self,
+        input_data: Tensor,
+        input_h: Tensor,
+        params: Tensor,
+        is_training: bool = True,
+        sequence_lengths: Any = None,
+        time_major: bool = True,
+    ) -> tuple[Tensor, Tensor]:
+        """Run the RNN; returns ``(output, output_h)`` (shapes in the module legend)."""
+        out, h, _ = self._forward(
+            input_data, input_h, None, params, is_training, sequence_lengths, time_major
+        )
+        return out, h
+
+
+class CudnnGRU(_CudnnRNNNoInputC):
+    """cuDNN GRU (gates r, u, h; the recurrent new-memory bias sits inside the reset product).
+
+    >>> import torch
+    >>> gru = CudnnGRU(num_layers=1, num_units=2, input_size=2, direction="bidirectional")
+    >>> out, h_n = gru(torch.ones(3, 1, 2), torch.zeros(2, 1, 2), torch.zeros(gru.params_size()))
+    >>> tuple(out.shape), gru.params_size()
+    ((3, 1, 4), 72)
+    """
+
+    _rnn_mode = CUDNN_GRU
+
+
+class CudnnRNNTanh(_CudnnRNNNoInputC):
+    """Plain RNN with tanh: ``h = tanh(W x + bW + R h' + bR)``.
+
+    >>> CudnnRNNTanh(num_layers=2, num_units=7, input_size=3).params_size()
+    196
+    """
+
+    _rnn_mode = CUDNN_RNN_TANH
+
+
+class CudnnRNNRelu(_CudnnRNNNoInputC):
+    """Plain RNN with ReLU: ``h = max(0, W x + bW + R h' + bR)``.
+
+    >>> CudnnRNNRelu(num_layers=1, num_units=4, input_size=4, input_mode="skip_input").params_size()
+    24
+    """
+
+    _rnn_mode = CUDNN_RNN_RELU

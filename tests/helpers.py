@@ -1,0 +1,196 @@
+"""Shared test helpers: random canonical weights, the one oracle comparison, torch.nn mapping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from cudnn_rnn import ops
+from cudnn_rnn.core.layout import (
+    INPUT,
+    INPUT_BIAS,
+    PROJECTION,
+    RECURRENT,
+    RECURRENT_BIAS,
+    layout_of,
+)
+from cudnn_rnn.core.reference import rnn_forward as oracle_forward
+from cudnn_rnn.core.spec import RNNSpec
+
+OPS = {
+    "lstm": ops.CudnnLSTM,
+    "gru": ops.CudnnGRU,
+    "rnn_tanh": ops.CudnnRNNTanh,
+    "rnn_relu": ops.CudnnRNNRelu,
+}
+
+
+def make_op(spec: RNNSpec, dtype: torch.dtype = torch.float64, seed: int = 0) -> Any:
+    kwargs = {"num_proj": spec.num_proj} if spec.num_proj is not None else {}
+    return OPS[spec.mode](
+        spec.num_layers,
+        spec.num_units,
+        spec.input_size,
+        input_mode=spec.input_mode,
+        direction=spec.direction,
+        dtype=dtype,
+        dropout=spec.dropout,
+        seed=seed,
+        **kwargs,
+    )
+
+
+def random_canonical(
+    spec: RNNSpec, rng: np.random.Generator, scale: float = 0.5
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Canonical weights and biases in U(-scale, scale); identity where skip_input stores none."""
+    layout = layout_of(spec)
+    weights = [
+        np.eye(p.shape[0]) if p.offset is None else rng.uniform(-scale, scale, p.shape)
+        for p in layout.weights
+    ]
+    biases = [rng.uniform(-scale, scale, p.shape) for p in layout.biases]
+    return weights, biases
+
+
+@dataclass
+class Case:
+    """A random problem for one spec: inputs, states, canonical weights, lengths."""
+
+    spec: RNNSpec
+    x: np.ndarray  # as given to the op (time- or batch-major)
+    h0: np.ndarray
+    c0: np.ndarray | None
+    weights: list[np.ndarray]
+    biases: list[np.ndarray]
+    lengths: np.ndarray | None
+    time_major: bool
+
+
+def make_case(
+    spec: RNNSpec,
+    steps: int,
+    batch: int,
+    *,
+    seed: int = 0,
+    varlen: bool = False,
+    time_major: bool = True,
+) -> Case:
+    rng = np.random.default_rng(seed)
+    weights, biases = random_canonical(spec, rng)
+    shape = (steps, batch, spec.input_size) if time_major else (batch, steps, spec.input_size)
+    x = rng.uniform(-1, 1, shape)
+    h0 = rng.uniform(-1, 1, (spec.num_states, batch, spec.output_units))
+    c0 = (
+        rng.uniform(-1, 1, (spec.num_states, batch, spec.num_units))
+        if spec.mode == "lstm"
+        else None
+    )
+    lengths = None
+    if varlen:
+        lengths = rng.integers(1, steps + 1, batch)
+        lengths[rng.integers(batch)] = steps if batch > 1 else lengths[0]
+    return Case(spec, x, h0, c0, weights, biases, lengths, time_major)
+
+
+def run_ours(
+    case: Case, dtype: torch.dtype = torch.float64, **kw: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    op = make_op(case.spec, dtype)
+    params = op.canonical_to_params(case.weights, case.biases)
+    t = lambda a: torch.as_tensor(a).to(dtype)  # noqa: E731
+    args = [t(case.x), t(case.h0)] + ([t(case.c0)] if case.c0 is not None else [])
+    res = op(*args, params, sequence_lengths=case.lengths, time_major=case.time_major, **kw)
+    return res[0], res[1], (res[2] if len(res) == 3 else None)
+
+
+def run_oracle(
+    case: Case, cast: torch.dtype | None = None, **kw: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The NumPy float64 oracle; ``cast`` first rounds every input to that dtype (half tests)."""
+
+    def r(a: Any) -> Any:
+        if a is None or cast is None:
+            return a
+        return torch.as_tensor(a).to(cast).double().numpy()
+
+    return oracle_forward(
+        case.spec.mode,
+        r(case.x),
+        r(case.h0),
+        r(case.c0),
+        [r(w) for w in case.weights],
+        [r(b) for b in case.biases],
+        num_layers=case.spec.num_layers,
+        bidirectional=case.spec.bidirectional,
+        skip_input=case.spec.skip_input,
+        num_proj=case.spec.num_proj,
+        sequence_lengths=case.lengths,
+        time_major=case.time_major,
+        **kw,
+    )
+
+
+def assert_matches_oracle(case: Case, dtype: torch.dtype, atol: float, rtol: float = 0.0) -> None:
+    """The one comparison of our op with the oracle: outputs and every final state."""
+    ours = run_ours(case, dtype)
+    expected = run_oracle(case, cast=dtype if dtype in (torch.float16, torch.bfloat16) else None)
+    for name, got, want in zip(("output", "h", "c"), ours, expected):
+        if want is None:
+            assert got is None
+            continue
+        assert got is not None and got.dtype == dtype, name
+        np.testing.assert_allclose(
+            got.double().detach().numpy(),
+            want,
+            atol=atol,
+            rtol=rtol,
+            err_msg=f"{name} differs from the oracle",
+        )
+    if case.lengths is not None:  # padded steps are exactly zero, not merely close
+        out = ours[0].detach() if case.time_major else ours[0].detach().transpose(0, 1)
+        for b, n in enumerate(case.lengths):
+            assert bool((out[int(n) :, b] == 0).all())
+
+
+TORCH_NAMES = {
+    INPUT: "weight_ih",
+    RECURRENT: "weight_hh",
+    PROJECTION: "weight_hr",
+    INPUT_BIAS: "bias_ih",
+    RECURRENT_BIAS: "bias_hh",
+}
+
+
+def torch_module(spec: RNNSpec, weights: list[Any], biases: list[Any]) -> torch.nn.RNNBase:
+    """A torch.nn.LSTM/GRU/RNN in float64 holding the same canonical weights.
+
+    The mapping is torch's documented one (gates stacked in cuDNN order), written here from the
+    layout table's (layer, direction, kind) tags, not from its offsets.
+    """
+    layout = layout_of(spec)
+    common = dict(
+        input_size=spec.input_size,
+        hidden_size=spec.num_units,
+        num_layers=spec.num_layers,
+        bidirectional=spec.bidirectional,
+        dtype=torch.float64,
+    )
+    if spec.mode == "lstm":
+        module: torch.nn.RNNBase = torch.nn.LSTM(proj_size=spec.num_proj or 0, **common)
+    elif spec.mode == "gru":
+        module = torch.nn.GRU(**common)
+    else:
+        module = torch.nn.RNN(nonlinearity=spec.mode[4:], **common)
+    groups: dict[str, list[Any]] = {}
+    for p, w in zip(layout.weights + layout.biases, list(weights) + list(biases)):
+        sfx = f"_l{p.layer}{'_reverse' if p.direction else ''}"
+        name = TORCH_NAMES[p.kind] + sfx
+        groups.setdefault(name, []).append(torch.as_tensor(w, dtype=torch.float64))
+    with torch.no_grad():
+        for name, parts in groups.items():
+            getattr(module, name).copy_(torch.cat(parts))
+    return module
