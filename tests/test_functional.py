@@ -45,3 +45,16 @@ def test_split_backward_fills_one_buffer() -> None:
         n = block.shape[0] * (block.shape[1] if len(block.shape) > 1 else 1)
         expected[block.offset : block.offset + n] = i + 1
     assert torch.equal(params.grad, expected)
+
+
+def test_skip_input_identity_made_in_inference_mode_serves_training() -> None:
+    from cudnn_rnn import ops
+
+    op = ops.CudnnRNNTanh(1, 5, 5, input_mode="skip_input", dtype=torch.float64)
+    params = torch.randn(op.params_size(), dtype=torch.float64, requires_grad=True)
+    x, h = torch.randn(3, 2, 5, dtype=torch.float64), torch.zeros(1, 2, 5, dtype=torch.float64)
+    with torch.inference_mode():
+        op(x, h, params.detach())
+    x.requires_grad_()
+    op(x, h, params)[0].sum().backward()
+    assert params.grad is not None and x.grad is not None

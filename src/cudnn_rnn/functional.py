@@ -54,11 +54,14 @@ class _SplitParams(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, params: Tensor, blocks: tuple[Block, ...]) -> tuple[Tensor, ...]:
         ctx.blocks = blocks
+        ctx.set_materialize_grads(False)  # unused blocks get zeros once, in the buffer below
         return tuple(params[b.offset : b.offset + _numel(b)].view(b.shape) for b in blocks)
 
     @staticmethod
-    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor, None]:
-        ref = next(g for g in grads if g is not None)
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, None]:
+        ref = next((g for g in grads if g is not None), None)
+        if ref is None:
+            return None, None
         flat = [
             g.reshape(-1) if g is not None else ref.new_zeros(_numel(b))
             for g, b in zip(grads, ctx.blocks)
@@ -81,7 +84,7 @@ def _numel(b: Block) -> int:
 
 def kernel_weights(layout: Layout, params: Tensor) -> list[Tensor]:
     """Per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` as views into ``params``."""
-    blocks = _blocks_in_buffer_order(layout)
+    blocks = layout.blocks
     views = dict(zip(blocks, _SplitParams.apply(params, blocks)))  # type: ignore[no-untyped-call]
     spec = layout.spec
     out: list[Tensor] = []
@@ -97,13 +100,6 @@ def kernel_weights(layout: Layout, params: Tensor) -> list[Tensor]:
     return out
 
 
-def _blocks_in_buffer_order(layout: Layout) -> tuple[Block, ...]:
-    blocks = [
-        b for f in layout.fused for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh) if b is not None
-    ]
-    return tuple(sorted(blocks, key=lambda b: b.offset))
-
-
 _IDENTITY_CACHE: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
 
 
@@ -111,7 +107,9 @@ def _stacked_identity(gates: int, units: int, like: Tensor) -> Tensor:
     key = (gates, units, like.dtype, like.device)
     eye = _IDENTITY_CACHE.get(key)
     if eye is None:
-        eye = torch.eye(units, dtype=like.dtype, device=like.device).repeat(gates, 1)
+        # A normal tensor even when first made under inference_mode, so training can use it.
+        with torch.inference_mode(False):
+            eye = torch.eye(units, dtype=like.dtype, device=like.device).repeat(gates, 1)
         _IDENTITY_CACHE[key] = eye
     return eye
 

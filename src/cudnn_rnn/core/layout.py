@@ -95,6 +95,8 @@ class Layout:
     size: int
     #: Stacked blocks per pseudo-layer (``layer * num_dirs + dir``), for the fused kernels.
     fused: tuple[FusedParams, ...]
+    #: The same blocks in buffer order; they tile the buffer exactly.
+    blocks: tuple[Block, ...]
 
     def unpack(self, flat: Any) -> tuple[list[Any], list[Any]]:
         """Canonical (weights, biases) of a 1-D buffer, as views (identity where not stored)."""
@@ -190,7 +192,15 @@ def layout_of(spec: RNNSpec) -> Layout:
             for kind in (INPUT_BIAS, RECURRENT_BIAS):
                 for g in gates:
                     add(biases, layer, d, kind, g, (h,))
-    return Layout(spec, tuple(weights), tuple(biases), offset, _fused(spec, weights + biases))
+    fused = _fused(spec, weights + biases)
+    blocks = sorted(
+        (b for f in fused for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh) if b is not None),
+        key=lambda b: b.offset,
+    )
+    ends = [b.offset + int(np.prod(b.shape)) for b in blocks]
+    if [b.offset for b in blocks] != [0, *ends[:-1]] or ends[-1] != offset:
+        raise AssertionError(f"layout: the stacked blocks of {spec} do not tile the buffer")
+    return Layout(spec, tuple(weights), tuple(biases), offset, fused, tuple(blocks))
 
 
 def _fused(spec: RNNSpec, table: list[Param]) -> tuple[FusedParams, ...]:
