@@ -294,3 +294,14 @@ def test_canonical_to_params_numpy_and_mixed() -> None:
     back_w, back_b = op.params_to_canonical(params)
     for x, y in zip(w + b, back_w + back_b):
         np.testing.assert_array_equal(np.asarray(x), y.numpy())
+
+
+def test_canonical_tensors_on_two_devices() -> None:
+    op = ops.CudnnRNNTanh(1, 2, 2)
+    w, b = op.params_to_canonical(torch.zeros(op.params_size()))
+    with pytest.raises(
+        ValueError,
+        match=r"ops\.CudnnRNNTanh: canonical tensors must be on one "
+        r"device, got \['cpu', 'meta'\]\.",
+    ):
+        op.canonical_to_params([w[0].to("meta"), w[1]], b)

@@ -186,11 +186,13 @@ class _CudnnRNN:
     ) -> Tensor:
         """Pack canonical ``(weights, biases)`` (torch tensors or NumPy arrays) into ``params``.
 
-        Torch tensors must have the op's dtype and one device; NumPy arrays of any floating
-        dtype are converted to it. The result is differentiable with respect to tensor inputs.
+        Torch tensors must have the op's dtype and one device (the result's); NumPy arrays of any
+        floating dtype are converted to that dtype and device (CPU when all are arrays). The
+        result is differentiable with respect to tensor inputs.
         """
         owner = self._owner
         tensors = []
+        devices: set[torch.device] = set()  # of the torch tensors given; arrays follow them
         for name, group in (("weights", weights), ("biases", biases)):
             if isinstance(group, (Tensor, np.ndarray)) or not isinstance(group, Sequence):
                 raise TypeError(
@@ -207,6 +209,7 @@ class _CudnnRNN:
                     t = torch.as_tensor(t, dtype=self._dtype)
                 elif isinstance(t, Tensor):
                     self._check_dtype_of(f"{name}[{i}]", t.dtype, t.dtype)
+                    devices.add(t.device)
                 else:
                     raise TypeError(
                         f"{owner}: {name}[{i}] must be a torch.Tensor or numpy.ndarray, got "
@@ -214,13 +217,13 @@ class _CudnnRNN:
                     )
                 converted.append(t)
             tensors.append(converted)
-        devices = {t.device for t in tensors[0] + tensors[1]}
         if len(devices) > 1:
             raise ValueError(
                 f"{owner}: canonical tensors must be on one device, got "
                 f"{sorted(map(str, devices))}."
             )
-        if devices and (device := devices.pop()).type != "cpu":
+        if devices:
+            device = devices.pop()
             tensors = [[t.to(device) for t in group] for group in tensors]
         return self._layout.pack(tensors[0], tensors[1], owner=owner)  # type: ignore[no-any-return]
 
