@@ -27,16 +27,25 @@ from cudnn_rnn.core.spec import RNNSpec
 
 if TYPE_CHECKING:
     from cudnn_rnn import ops
+    from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 
 __version__ = "0.1.0"
 
-_LAZY_MODULES = ("ops",)
+# Public name -> module that defines it (None: the name is the module itself).
+_LAZY: dict[str, str | None] = {
+    "ops": None,
+    "CudnnLSTM": "layers",
+    "CudnnGRU": "layers",
+    "CudnnRNNTanh": "layers",
+    "CudnnRNNRelu": "layers",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_MODULES:
-        return importlib.import_module(f"cudnn_rnn.{name}")
-    raise AttributeError(f"module 'cudnn_rnn' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cudnn_rnn' has no attribute {name!r}")
+    module = importlib.import_module(f"cudnn_rnn.{_LAZY[name] or name}")
+    return module if _LAZY[name] is None else getattr(module, name)
 
 
 __all__ = [
@@ -49,6 +58,10 @@ __all__ = [
     "CUDNN_RNN_RELU",
     "CUDNN_RNN_TANH",
     "CUDNN_RNN_UNIDIRECTION",
+    "CudnnGRU",
+    "CudnnLSTM",
+    "CudnnRNNRelu",
+    "CudnnRNNTanh",
     "RNNSpec",
     "__version__",
     "ops",

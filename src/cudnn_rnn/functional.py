@@ -85,7 +85,12 @@ def _numel(b: Block) -> int:
 def kernel_weights(layout: Layout, params: Tensor) -> list[Tensor]:
     """Per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` as views into ``params``."""
     blocks = layout.blocks
-    views = dict(zip(blocks, _SplitParams.apply(params, blocks)))  # type: ignore[no-untyped-call]
+    if torch.compiler.is_compiling():
+        # The compiler traces plain slicing well (and its backward fuses the copies itself).
+        split = tuple(params[b.offset : b.offset + _numel(b)].view(b.shape) for b in blocks)
+    else:
+        split = _SplitParams.apply(params, blocks)  # type: ignore[no-untyped-call]
+    views = dict(zip(blocks, split))
     spec = layout.spec
     out: list[Tensor] = []
     for f in layout.fused:
@@ -233,9 +238,10 @@ def _run(
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     kernel = _KERNELS[mode]
     hx: Any = (h0, c0) if mode == CUDNN_LSTM else h0
-    # The kernel's own dropout stays 0 (it would use the global RNG). `train` only tells cuDNN to
-    # keep what its backward needs, so it follows grad mode.
-    train = torch.is_grad_enabled()
+    # The kernel's own dropout stays 0 (it would use the global RNG). `train` only tells the
+    # kernel to keep what its backward needs, so it follows grad mode -- except while compiling:
+    # AOT autograd traces the forward with grad off and still needs those buffers.
+    train = torch.is_grad_enabled() or torch.compiler.is_compiling()
     lead = (data,) if batch_sizes is None else (data, batch_sizes)
     tail = (True, num_layers, 0.0, train, bidirectional) + ((False,) if batch_sizes is None else ())
     result = kernel(*lead, hx, list(weights), *tail)

@@ -23,6 +23,7 @@ recurrent bias ``bR``)::
 
 from __future__ import annotations
 
+import copy
 import secrets
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -30,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import Self
 
 from cudnn_rnn.core.constants import (
     CUDNN_GRU,
@@ -84,7 +86,7 @@ class _CudnnRNN:
         seed: int | None = 0,
         num_proj: int | None = None,
     ) -> None:
-        owner = self._owner
+        owner = self._owner = f"ops.{type(self).__name__}"
         self._spec = RNNSpec(
             self._rnn_mode,
             num_layers,
@@ -106,9 +108,12 @@ class _CudnnRNN:
         self._seed = secrets.randbits(63) if seed is None else seed
         self._generators: dict[torch.device, torch.Generator] = {}
 
-    @property
-    def _owner(self) -> str:
-        return f"ops.{type(self).__name__}"
+    def _retyped(self, dtype: torch.dtype, owner: str) -> Self:
+        """A copy computing in ``dtype`` that names ``owner`` in errors and shares the dropout
+        generators (the layers keep one mask stream across ``.to(dtype)``)."""
+        other = copy.copy(self)
+        other._dtype, other._owner = dtype, owner
+        return other
 
     # -- properties of the original ------------------------------------------------------------
     @property

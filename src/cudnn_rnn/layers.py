@@ -1,0 +1,599 @@
+"""Layer-level API of ``tf.contrib.cudnn_rnn``: ``nn.Module``s that own their opaque kernel.
+
+Legend: ``T`` time steps, ``B`` batch, ``I`` input size, ``H`` num_units, ``P`` num_proj,
+``Hout = P or H``, ``D`` num_dirs, ``L`` num_layers.
+
+* ``inputs``: ``[T, B, I]`` (``[B, T, I]`` with ``time_major=False``)
+* ``initial_state``: a tuple ``(h, c)`` (LSTM) or ``(h,)``; ``h`` is ``[L*D, B, Hout]``, ``c`` is
+  ``[L*D, B, H]``; zeros when omitted
+* ``outputs``: ``[T, B, D*Hout]`` (``[B, T, D*Hout]`` with ``time_major=False``)
+
+The layer is built (its one parameter ``opaque_kernel`` created) from the input size: at
+construction when ``input_size`` is given, else on the first call or by ``build(input_shape)``.
+Its ``state_dict`` holds exactly ``{"opaque_kernel": 1-D tensor}``; the canonical, portable form
+is what :attr:`saveable` and :mod:`cudnn_rnn.checkpoint` write.
+
+Default initialisation follows the original: Glorot-uniform drawn separately for each canonical
+weight matrix (limit ``sqrt(6 / (rows + cols))``), all biases (both ``bW`` and ``bR``) zero. With
+a ``seed`` the draw is reproducible (a generator of its own, not torch's global RNG; without one
+the global RNG is used, as torch.nn does). Unlike TF1,
+equal shapes do not get identical values (TF1 re-ran the same seeded op per matrix, so its gate
+matrices started equal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from typing_extensions import Self
+
+from cudnn_rnn import ops
+from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
+    CUDNN_INPUT_LINEAR_MODE,
+    CUDNN_LSTM,
+    CUDNN_RNN_RELU,
+    CUDNN_RNN_TANH,
+    CUDNN_RNN_UNIDIRECTION,
+)
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec, check_input_mode, check_int
+
+__all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+
+Initializer = Callable[[tuple[int, ...]], Any]
+
+
+class _CudnnRNN(nn.Module):
+    """Base of the layer classes; the mode is class data, the code is shared."""
+
+    _rnn_mode: ClassVar[str]
+    _op_cls: ClassVar[type[ops._CudnnRNN]]
+    _saveable_cls_name: ClassVar[str]
+    opaque_kernel: nn.Parameter
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        dropout: float = 0.0,
+        seed: int | None = None,
+        dtype: torch.dtype | str = torch.float32,
+        kernel_initializer: Initializer | None = None,
+        bias_initializer: Initializer | None = None,
+        name: str | None = None,
+        *,
+        input_size: int | None = None,
+        num_proj: int | None = None,
+        scope: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        cls = type(self).__name__
+        # Validate everything now, with a placeholder input size (the real one comes at build).
+        self._base_spec = RNNSpec(
+            self._rnn_mode,
+            num_layers,
+            num_units,
+            1 if input_size is None else input_size,
+            CUDNN_INPUT_LINEAR_MODE if input_size is None else input_mode,
+            direction,
+            num_proj,
+            dropout,
+            owner=cls,
+        )
+        self._input_mode = check_input_mode(cls, input_mode)
+        self._dtype = ops.check_dtype(cls, dtype)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(
+                f"{cls}: seed must be an int or None, got {type(seed).__name__} {seed!r}."
+            )
+        for arg, value in (
+            ("kernel_initializer", kernel_initializer),
+            ("bias_initializer", bias_initializer),
+        ):
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"{cls}: {arg} must be a callable from a shape to a tensor, got "
+                    f"{type(value).__name__}."
+                )
+        if scope is not None and not isinstance(scope, str):
+            raise TypeError(f"{cls}: scope must be a str or None, got {type(scope).__name__}.")
+        self._seed = seed
+        self._kernel_initializer = kernel_initializer
+        self._bias_initializer = bias_initializer
+        self._name = name if name is not None else _snake(cls)
+        self._scope = scope
+        self._device = torch.device(device) if device is not None else None
+        self._spec: RNNSpec | None = None
+        self._op: ops._CudnnRNN | None = None
+        self._saveable: Any = None
+        if input_size is not None:
+            self.build((None, None, input_size))
+
+    # -- build ----------------------------------------------------------------------------------
+    @property
+    def built(self) -> bool:
+        return self._spec is not None
+
+    def build(self, input_shape: Sequence[int | None] | torch.Size) -> None:
+        """Create ``opaque_kernel`` for inputs of shape ``[T, B, input_size]``; no-op if built."""
+        if self._spec is not None:
+            return
+        cls = type(self).__name__
+        shape = tuple(input_shape)
+        if len(shape) != 3:
+            raise ValueError(f"{cls}: expecting input_shape with 3 dims, got {len(shape)}.")
+        if shape[-1] is None:
+            raise ValueError(
+                f"{cls}: the last dimension of the inputs should be defined. Found `None`."
+            )
+        base = self._base_spec
+        spec = RNNSpec(
+            self._rnn_mode,
+            base.num_layers,
+            base.num_units,
+            check_int(cls, "input_size", shape[-1], 1),
+            self._input_mode,
+            base.direction,
+            base.num_proj,
+            base.dropout,
+            owner=cls,
+        )
+        self._spec = spec
+        self._op = self._op_cls(
+            spec.num_layers,
+            spec.num_units,
+            spec.input_size,
+            spec.input_mode,
+            spec.direction,
+            self._dtype,
+            spec.dropout,
+            self._seed,
+            **({"num_proj": spec.num_proj} if spec.num_proj is not None else {}),
+        )._retyped(self._dtype, cls)
+        weights, biases = self._initial_canonical(spec)
+        opaque = self._op.canonical_to_params(weights, biases)
+        self.opaque_kernel = nn.Parameter(opaque.to(self._device) if self._device else opaque)
+
+    def _initial_canonical(self, spec: RNNSpec) -> tuple[list[Tensor], list[Tensor]]:
+        layout = layout_of(spec)
+        # A seed gives a generator of its own; without one, torch's global RNG as torch.nn does.
+        gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
+
+        def glorot(shape: tuple[int, ...]) -> Tensor:
+            limit = math.sqrt(6.0 / (shape[0] + shape[1]))
+            u = torch.rand(shape, generator=gen, dtype=torch.float64)
+            return ((2 * u - 1) * limit).to(self._dtype)
+
+        def made(
+            init: Initializer | None,
+            default: Callable[[tuple[int, ...]], Tensor],
+            shape: tuple[int, ...],
+            what: str,
+        ) -> Tensor:
+            if init is None:
+                return default(shape)
+            value = init(shape)
+            t = (
+                torch.as_tensor(value).to(self._dtype)
+                if not isinstance(value, Tensor)
+                else (value.detach().to(self._dtype))
+            )
+            if tuple(t.shape) != shape:
+                raise ValueError(
+                    f"{type(self).__name__}: {what} returned shape "
+                    f"{tuple(t.shape)} for shape {shape}."
+                )
+            return t.cpu()
+
+        weights = [
+            torch.eye(p.shape[0], dtype=self._dtype)
+            if p.offset is None
+            else made(self._kernel_initializer, glorot, p.shape, "kernel_initializer")
+            for p in layout.weights
+        ]
+        biases = [
+            made(
+                self._bias_initializer,
+                lambda s: torch.zeros(s, dtype=self._dtype),
+                p.shape,
+                "bias_initializer",
+            )
+            for p in layout.biases
+        ]
+        return weights, biases
+
+    def _built_spec(self, what: str, error: type[Exception] = RuntimeError) -> RNNSpec:
+        if self._spec is None:
+            raise error(
+                f"{type(self).__name__}.{what} invoked before input shape is known; "
+                "call the layer once, call build(input_shape) or pass input_size."
+            )
+        return self._spec
+
+    # -- properties of the original --------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return self._base_spec.num_layers
+
+    @property
+    def num_units(self) -> int:
+        return self._base_spec.num_units
+
+    @property
+    def num_proj(self) -> int | None:
+        return self._base_spec.num_proj
+
+    @property
+    def input_mode(self) -> str:
+        return self._input_mode
+
+    @property
+    def rnn_mode(self) -> str:
+        return self._rnn_mode
+
+    @property
+    def direction(self) -> str:
+        return self._base_spec.direction
+
+    @property
+    def num_dirs(self) -> int:
+        return self._base_spec.num_dirs
+
+    @property
+    def dropout(self) -> float:
+        return self._base_spec.dropout
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameter's dtype once built (it follows ``.to(dtype)``), else the requested one."""
+        return self.opaque_kernel.dtype if self.built else self._dtype
+
+    @property
+    def input_size(self) -> int:
+        if self._spec is None:
+            raise ValueError("'input_size' is unknown since layer has not been built.")
+        return self._spec.input_size
+
+    @property
+    def spec(self) -> RNNSpec:
+        return self._built_spec("spec")
+
+    @property
+    def canonical_weight_shapes(self) -> list[tuple[int, ...]]:
+        """Shapes of the canonical weights, in canonical order (tuples, as the original)."""
+        return [p.shape for p in layout_of(self._built_spec("canonical_weight_shapes")).weights]
+
+    @property
+    def canonical_bias_shapes(self) -> list[list[int]]:
+        """Shapes of the canonical biases (lists ``[H]``, as the original); known before build."""
+        b = self._base_spec
+        return [[b.num_units] for _ in range(b.num_layers * b.num_dirs * 2 * b.num_gates)]
+
+    def state_shape(self, batch_size: int) -> tuple[list[int], ...]:
+        """Shapes of the initial state tuple for ``batch_size``."""
+        b = self._base_spec
+        h = [b.num_states, batch_size, b.output_units]
+        return (h, [b.num_states, batch_size, b.num_units]) if b.mode == CUDNN_LSTM else (h,)
+
+    @property
+    def saveable(self) -> Any:
+        """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given)."""
+        spec = self._built_spec("saveable")
+        from cudnn_rnn import saveable as saveable_module
+
+        if self._saveable is None or self._saveable.opaque_params is not self.opaque_kernel:
+            cls = getattr(saveable_module, self._saveable_cls_name)
+            self._saveable = cls(
+                self.opaque_kernel,
+                spec.num_layers,
+                spec.num_units,
+                spec.input_size,
+                spec.input_mode,
+                spec.direction,
+                scope=self._scope,
+                name=f"{self._name}/opaque_kernel_saveable",
+                **({"num_proj": spec.num_proj} if spec.num_proj is not None else {}),
+            )
+        return self._saveable
+
+    # -- forward --------------------------------------------------------------------------------
+    def forward(
+        self,
+        inputs: Tensor,
+        initial_state: tuple[Tensor, ...] | None = None,
+        sequence_lengths: Any = None,
+        time_major: bool = True,
+        training: bool | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Run the stack; returns ``(outputs, (h, c))`` for LSTM, ``(outputs, (h,))`` otherwise."""
+        cls = type(self).__name__
+        if initial_state is not None and not isinstance(initial_state, tuple):
+            raise TypeError(
+                f"{cls}: invalid initial_state type: {type(initial_state).__name__}, "
+                "expecting tuple."
+            )
+        if not isinstance(inputs, Tensor):
+            raise TypeError(f"{cls}: inputs must be a torch.Tensor, got {type(inputs).__name__}.")
+        if not self.built:
+            if inputs.dim() != 3:
+                raise ValueError(
+                    f"{cls}: expecting inputs with 3 dims, got shape {tuple(inputs.shape)}."
+                )
+            self.build(inputs.shape)
+            self.opaque_kernel.data = self.opaque_kernel.data.to(inputs.device)
+        if training is None:
+            training = self.training
+        op = self._op_for(self.opaque_kernel.dtype)
+        spec = op.spec
+        n_states = 2 if spec.mode == CUDNN_LSTM else 1
+        if initial_state is None:
+            batch = inputs.shape[1 if time_major else 0] if inputs.dim() == 3 else 0
+            initial_state = tuple(
+                inputs.new_zeros(shape, dtype=self.opaque_kernel.dtype)
+                for shape in self.state_shape(batch)
+            )
+        elif len(initial_state) != n_states:
+            raise ValueError(
+                f"{cls}: initial_state must be a tuple of {n_states} tensor(s) "
+                f"({'(h, c)' if n_states == 2 else '(h,)'}), got "
+                f"{len(initial_state)}."
+            )
+        h = initial_state[0]
+        c = initial_state[1] if n_states == 2 else None
+        out, h_n, c_n = op._forward(
+            inputs, h, c, self.opaque_kernel, training, sequence_lengths, time_major
+        )
+        return out, ((h_n, c_n) if c_n is not None else (h_n,))
+
+    def _op_for(self, dtype: torch.dtype) -> ops._CudnnRNN:
+        assert self._op is not None
+        if self._op.dtype != dtype:  # after .to(dtype): same math and generators, new dtype
+            self._op = self._op._retyped(dtype, type(self).__name__)
+        return self._op
+
+    # -- Keras-style helpers ----------------------------------------------------------------------
+    def get_weights(self) -> list[np.ndarray]:
+        """``[opaque_kernel]`` as a NumPy array (float32 for bfloat16, which NumPy lacks)."""
+        self._built_spec("get_weights")
+        w = self.opaque_kernel.detach().cpu()
+        return [(w.float() if w.dtype == torch.bfloat16 else w).numpy().copy()]
+
+    def set_weights(self, weights: Sequence[Any]) -> None:
+        """Set ``opaque_kernel`` in place from ``[array]`` (as ``get_weights`` returns)."""
+        spec = self._built_spec("set_weights")
+        cls = type(self).__name__
+        if isinstance(weights, (Tensor, np.ndarray)) or len(weights) != 1:
+            got = "an array" if isinstance(weights, (Tensor, np.ndarray)) else f"{len(weights)}"
+            raise ValueError(
+                f"{cls}: set_weights expects a list of 1 array (the opaque kernel), got {got}."
+            )
+        value = torch.as_tensor(
+            np.asarray(weights[0]) if not isinstance(weights[0], Tensor) else weights[0]
+        )
+        size = layout_of(spec).size
+        if tuple(value.shape) != (size,):
+            raise ValueError(
+                f"{cls}: set_weights expects an array of shape ({size},), got {tuple(value.shape)}."
+            )
+        with torch.no_grad():
+            self.opaque_kernel.copy_(value)
+
+    def count_params(self) -> int:
+        return layout_of(self._built_spec("count_params")).size
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (initializers are not serialisable and are left out)."""
+        b = self._base_spec
+        config: dict[str, Any] = {
+            "num_layers": b.num_layers,
+            "num_units": b.num_units,
+            "input_mode": self._input_mode,
+            "direction": b.direction,
+            "dropout": b.dropout,
+            "seed": self._seed,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "name": self._name,
+            "input_size": self._spec.input_size if self._spec else None,
+            "scope": self._scope,
+        }
+        if self._rnn_mode == CUDNN_LSTM:
+            config["num_proj"] = b.num_proj
+        return config
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        return cls(**config)
+
+    # -- checkpoint protocol (delegates to the saveable) -------------------------------------------
+    def checkpoint_entries(self) -> dict[str, Tensor]:
+        return self.saveable.checkpoint_entries()  # type: ignore[no-any-return]
+
+    def checkpoint_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        return self.saveable.checkpoint_shapes()  # type: ignore[no-any-return]
+
+    def checkpoint_load(self, tensors: Mapping[str, Tensor]) -> None:
+        self.saveable.checkpoint_load(tensors)
+
+    def checkpoint_spec(self) -> dict[str, Any]:
+        return {**self.saveable.checkpoint_spec(), "kind": "layer", "layer": type(self).__name__}
+
+    def extra_repr(self) -> str:
+        b = self._base_spec
+        size = self._spec.input_size if self._spec else "?"
+        proj = f", num_proj={b.num_proj}" if b.num_proj else ""
+        return (
+            f"num_layers={b.num_layers}, num_units={b.num_units}, input_size={size}, "
+            f"input_mode={self._input_mode!r}, direction={b.direction!r}, "
+            f"dropout={b.dropout}{proj}"
+        )
+
+    # -- state_dict into an unbuilt layer: build from the stored buffer's length -----------------
+    def _load_from_state_dict(
+        self, state_dict: Mapping[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        key = prefix + "opaque_kernel"
+        if not self.built and key in state_dict:
+            self._build_from_size(int(state_dict[key].numel()))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _build_from_size(self, size: int) -> None:
+        b = self._base_spec
+        for candidate in (b.num_units, *self._sizes_solving(size)):
+            try:
+                spec = RNNSpec(
+                    self._rnn_mode,
+                    b.num_layers,
+                    b.num_units,
+                    candidate,
+                    self._input_mode,
+                    b.direction,
+                    b.num_proj,
+                )
+            except ValueError:
+                continue
+            if layout_of(spec).size == size:
+                self.build((None, None, candidate))
+                return
+        raise ValueError(
+            f"{type(self).__name__}: no input_size gives an opaque_kernel of {size} "
+            "elements for this configuration."
+        )
+
+    def _sizes_solving(self, size: int) -> list[int]:
+        # params_size is affine in input_size under linear_input: solve it from two points.
+        b = self._base_spec
+        at = [
+            layout_of(
+                RNNSpec(
+                    self._rnn_mode,
+                    b.num_layers,
+                    b.num_units,
+                    i,
+                    CUDNN_INPUT_LINEAR_MODE,
+                    b.direction,
+                    b.num_proj,
+                )
+            ).size
+            for i in (1, 2)
+        ]
+        slope = at[1] - at[0]
+        i, rem = divmod(size - at[0], slope)
+        return [i + 1] if rem == 0 and i >= 0 else []
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if (
+            ch.isupper()
+            and i
+            and (not name[i - 1].isupper() or (i + 1 < len(name) and name[i + 1].islower()))
+        ):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+class CudnnLSTM(_CudnnRNN):
+    """Fused cuDNN LSTM layer (gates i, f, c, o; optional projection ``num_proj``).
+
+    >>> import torch
+    >>> layer = CudnnLSTM(num_layers=2, num_units=4, seed=0)
+    >>> outputs, (h, c) = layer(torch.ones(5, 3, 2))
+    >>> tuple(outputs.shape), tuple(h.shape), layer.input_size, layer.count_params()
+    ((5, 3, 4), (2, 3, 4), 2, 288)
+    """
+
+    _rnn_mode = CUDNN_LSTM
+    _op_cls = ops.CudnnLSTM
+    _saveable_cls_name = "CudnnLSTMSaveable"
+
+
+class _CudnnRNNNoInputC(_CudnnRNN):
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        dropout: float = 0.0,
+        seed: int | None = None,
+        dtype: torch.dtype | str = torch.float32,
+        kernel_initializer: Initializer | None = None,
+        bias_initializer: Initializer | None = None,
+        name: str | None = None,
+        *,
+        input_size: int | None = None,
+        scope: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(
+            num_layers,
+            num_units,
+            input_mode,
+            direction,
+            dropout,
+            seed,
+            dtype,
+            kernel_initializer,
+            bias_initializer,
+            name,
+            input_size=input_size,
+            scope=scope,
+            device=device,
+        )
+
+
+class CudnnGRU(_CudnnRNNNoInputC):
+    """Fused cuDNN GRU layer (gates r, u, h; recurrent new-memory bias inside the reset product).
+
+    >>> import torch
+    >>> outputs, (h,) = CudnnGRU(1, 3, direction="bidirectional")(torch.ones(4, 2, 5))
+    >>> tuple(outputs.shape), tuple(h.shape)
+    ((4, 2, 6), (2, 2, 3))
+    """
+
+    _rnn_mode = CUDNN_GRU
+    _op_cls = ops.CudnnGRU
+    _saveable_cls_name = "CudnnGRUSaveable"
+
+
+class CudnnRNNTanh(_CudnnRNNNoInputC):
+    """Fused RNN layer with tanh: ``h = tanh(W x + bW + R h' + bR)``.
+
+    >>> CudnnRNNTanh(2, 7, input_size=3).count_params()
+    196
+    """
+
+    _rnn_mode = CUDNN_RNN_TANH
+    _op_cls = ops.CudnnRNNTanh
+    _saveable_cls_name = "CudnnRNNTanhSaveable"
+
+
+class CudnnRNNRelu(_CudnnRNNNoInputC):
+    """Fused RNN layer with ReLU: ``h = max(0, W x + bW + R h' + bR)``.
+
+    >>> CudnnRNNRelu(1, 4, input_mode="auto_select", input_size=4).count_params()
+    24
+    """
+
+    _rnn_mode = CUDNN_RNN_RELU
+    _op_cls = ops.CudnnRNNRelu
+    _saveable_cls_name = "CudnnRNNReluSaveable"

@@ -1,0 +1,865 @@
+"""TF canonical ("platform-independent") checkpoints of an opaque cuDNN parameter buffer.
+
+Two parts, as in ``tf.contrib.cudnn_rnn`` r1.15:
+
+* the **format converters** ``CudnnParamsFormatConverter{LSTM,GRU,Tanh,Relu}`` turn an opaque
+  buffer into the tensors of TF's step-by-step cells (``CudnnCompatibleLSTMCell``,
+  ``CudnnCompatibleGRUCell``, ``BasicRNNCell``) and back;
+* the **saveables** ``Cudnn{LSTM,GRU,RNNTanh,RNNRelu}Saveable`` name those tensors as TF does and
+  restore a checkpoint *into* the opaque ``nn.Parameter`` in place.
+
+The cuDNN-canonical <-> opaque step is always ``ops.<Mode>.params_to_canonical`` /
+``canonical_to_params`` (:mod:`cudnn_rnn.core.layout` is the only place that knows offsets), and
+every gate reordering is :func:`~cudnn_rnn.core.gates.permute_gates` with ``GATE_ORDERS``.
+
+Transforms per layer-direction (``[A|B]`` joins columns, ``rows(...)`` stacks rows; ``W_g``/``R_g``
+the cuDNN input/recurrent matrices ``[H, in]``/``[H, Hout]``, ``bW_g``/``bR_g`` their biases)::
+
+    LSTM   kernel [in+Hout, 4H] = rows([W_i|R_i], [W_c|R_c], [W_f|R_f], [W_o|R_o])^T   (i,c,f,o)
+           bias   [4H]          = (bW_i+bR_i, bW_c+bR_c, bW_f+bR_f, bW_o+bR_o)
+           projection/kernel [H, P] = W_proj^T                        (num_proj only)
+    GRU    gates/kernel [in+H, 2H]  = rows([W_r|R_r], [W_u|R_u])^T      (r,u)
+           gates/bias   [2H]        = (bW_r+bR_r, bW_u+bR_u)
+           candidate/input_projection/kernel  [in, H] = W_h^T,  .../bias = bW_h
+           candidate/hidden_projection/kernel [H, H]  = R_h^T,  .../bias = bR_h
+    tanh,  kernel [in+H, H] = [W|R]^T
+    relu   bias   [H]       = bW + bR
+
+Back to cuDNN, kernels are transposed, split and reordered exactly. A summed bias ``B`` comes back
+as ``bW = bR = B / 2``: TF's cells have one bias where cuDNN has two, and only the sum enters the
+math, so this is lossless for the outputs but not for the individual ``bW``/``bR`` (the GRU
+candidate biases are kept apart and round-trip exactly).
+
+``skip_input``: layer 0 has no stored input matrices; this library's canonical form holds identity
+matrices in their place (``params_to_canonical`` returns them, ``canonical_to_params`` requires
+them). So the layer-0 TF kernels of a skip_input model contain identity blocks where the input
+matrices would be, and restoring requires exactly those blocks. This is intended: the checkpoint
+describes the full math, and TF's compatible cells reproduce skip_input with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cudnn_rnn import ops
+from cudnn_rnn.checkpointable import Shape
+from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
+    CUDNN_INPUT_LINEAR_MODE,
+    CUDNN_LSTM,
+    CUDNN_RNN_RELU,
+    CUDNN_RNN_TANH,
+    CUDNN_RNN_UNIDIRECTION,
+)
+from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
+from cudnn_rnn.core.layout import (
+    INPUT,
+    INPUT_BIAS,
+    PROJECTION,
+    RECURRENT,
+    RECURRENT_BIAS,
+    Layout,
+    Param,
+    layout_of,
+)
+from cudnn_rnn.core.spec import RNNSpec
+
+__all__ = [
+    "CudnnGRUSaveable",
+    "CudnnLSTMSaveable",
+    "CudnnOpaqueParamsSaveable",
+    "CudnnParamsFormatConverter",
+    "CudnnParamsFormatConverterGRU",
+    "CudnnParamsFormatConverterLSTM",
+    "CudnnParamsFormatConverterRelu",
+    "CudnnParamsFormatConverterTanh",
+    "CudnnRNNReluSaveable",
+    "CudnnRNNTanhSaveable",
+    "SaveSpec",
+]
+
+_OPS: dict[str, type[ops._CudnnRNN]] = {
+    CUDNN_LSTM: ops.CudnnLSTM,
+    CUDNN_GRU: ops.CudnnGRU,
+    CUDNN_RNN_TANH: ops.CudnnRNNTanh,
+    CUDNN_RNN_RELU: ops.CudnnRNNRelu,
+}
+_NUMPY_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+# (kind, gate) -> tensor of one pseudo-layer; the key of the layout's tags, never an offset.
+_Canon = dict[tuple[str, str | None], Tensor]
+
+
+class _TFParam(NamedTuple):
+    """One TF canonical tensor of a layer-direction; ``name`` is relative to the cell scope."""
+
+    layer: int
+    direction: int
+    name: str
+    shape: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        return f"layer {self.layer} {'bw' if self.direction else 'fw'} {self.name}"
+
+
+def _describe(spec: RNNSpec) -> str:
+    proj = f", num_proj={spec.num_proj}" if spec.num_proj is not None else ""
+    return (
+        f"{spec.mode} (num_layers={spec.num_layers}, num_units={spec.num_units}, "
+        f"input_size={spec.input_size}, {spec.input_mode}, {spec.direction}{proj})"
+    )
+
+
+def _as_tensor(owner: str, what: str, value: object) -> Tensor:
+    """A torch tensor of a supported floating dtype (NumPy arrays are copied into one)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype not in _NUMPY_FLOATS:
+            raise TypeError(
+                f"{owner}: {what} must be a float16/float32/float64 array, got dtype {value.dtype}."
+            )
+        return torch.tensor(value)  # a copy: read-only arrays are fine, no aliasing surprises
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{owner}: {what} must be a torch.Tensor or numpy.ndarray, got {type(value).__name__}."
+        )
+    if value.dtype not in ops.DTYPES:
+        raise TypeError(
+            f"{owner}: {what} must have a float16, bfloat16, float32 or float64 dtype, got "
+            f"{value.dtype}."
+        )
+    return value
+
+
+def _own(t: Tensor) -> Tensor:
+    # A contiguous copy: results never alias the opaque buffer (a saved snapshot must not move
+    # when training goes on) and serialise without surprises.
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _check_sequence(owner: str, what: str, value: object) -> Sequence[Any]:
+    if isinstance(value, (Tensor, np.ndarray, str)) or not isinstance(value, Sequence):
+        raise TypeError(
+            f"{owner}: {what} must be a list of tensors or arrays, got {type(value).__name__}."
+        )
+    return value
+
+
+# -- format converters ------------------------------------------------------------------------
+
+
+class CudnnParamsFormatConverter:
+    """Base of the converters between an opaque buffer and TF canonical tensors (abstract).
+
+    The mode is data: ``_rnn_mode`` and the TF names of one layer-direction's weights and biases.
+    Gates of the mode that TF keeps in one kernel are ``GATE_ORDERS["tf"][mode]``; the remaining
+    cuDNN gates (the GRU candidate ``h``) are saved apart as transposed input and hidden matrices
+    with their two biases.
+
+    ``dtype=None`` computes in the dtype of the given tensors; a dtype converts them to it.
+
+    >>> import torch
+    >>> conv = CudnnParamsFormatConverterLSTM(1, 2, 3)
+    >>> weights, biases = conv.opaque_to_tf_canonical(torch.zeros(56))
+    >>> [tuple(w.shape) for w in weights], [tuple(b.shape) for b in biases]
+    ([(5, 8)], [(8,)])
+    """
+
+    _rnn_mode: ClassVar[str]
+    #: TF names, relative to the cell scope, of one layer-direction's weights and biases: the
+    #: kernel (bias) first, then an input and a hidden entry per gate kept out of the kernel.
+    _weight_names: ClassVar[tuple[str, ...]] = ("kernel",)
+    _bias_names: ClassVar[tuple[str, ...]] = ("bias",)
+    _proj_name: ClassVar[str] = "projection/kernel"
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        num_proj: int | None = None,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        *,
+        dtype: torch.dtype | str | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if not hasattr(self, "_rnn_mode"):
+            raise TypeError(
+                f"{owner} is abstract; use CudnnParamsFormatConverterLSTM, "
+                "CudnnParamsFormatConverterGRU, CudnnParamsFormatConverterTanh or "
+                "CudnnParamsFormatConverterRelu."
+            )
+        # Unlike r1.15 (whose GRU/basic converters silently ignored num_proj), the spec rejects
+        # num_proj for modes other than LSTM.
+        self._spec = RNNSpec(
+            self._rnn_mode,
+            num_layers,
+            num_units,
+            input_size,
+            input_mode,
+            direction,
+            num_proj,
+            owner=owner,
+        )
+        self._dtype = None if dtype is None else ops.check_dtype(owner, dtype)
+        self._layout: Layout = layout_of(self._spec)
+        mode = self._spec.mode
+        self._tf_gates = GATE_ORDERS["tf"][mode]
+        # The kernel's gates in cuDNN order: the source order of every permutation.
+        self._cudnn_gates = tuple(g for g in CUDNN_GATES[mode] if g in self._tf_gates)
+        self._candidate_gates = tuple(g for g in CUDNN_GATES[mode] if g not in self._tf_gates)
+        self._ops: dict[torch.dtype, ops._CudnnRNN] = {}
+        self._tf_weights, self._tf_biases, self._tf_proj = self._tf_table()
+
+    # -- description ------------------------------------------------------------------------------
+    @property
+    def _owner(self) -> str:
+        return type(self).__name__
+
+    @property
+    def spec(self) -> RNNSpec:
+        """The validated configuration."""
+        return self._spec
+
+    @property
+    def rnn_mode(self) -> str:
+        return self._spec.mode
+
+    @property
+    def num_proj(self) -> int | None:
+        return self._spec.num_proj
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype results are computed in; None: that of the inputs."""
+        return self._dtype
+
+    def _pseudo_layers(self) -> list[tuple[int, int]]:
+        spec = self._spec
+        return [(layer, d) for layer in range(spec.num_layers) for d in range(spec.num_dirs)]
+
+    def _tf_table(self) -> tuple[list[_TFParam], list[_TFParam], list[_TFParam]]:
+        """Names and shapes of the TF weights, biases and projections, in output order."""
+        spec, h = self._spec, self._spec.num_units
+        hout = spec.output_units
+        weights, biases, proj = [], [], []
+        for layer, d in self._pseudo_layers():
+            in_w = spec.layer_input_size(layer)
+            w_shapes = [(in_w + hout, len(self._tf_gates) * h)]
+            b_shapes = [(len(self._tf_gates) * h,)]
+            for _ in self._candidate_gates:
+                w_shapes += [(in_w, h), (hout, h)]
+                b_shapes += [(h,), (h,)]
+            weights += [
+                _TFParam(layer, d, n, s) for n, s in zip(self._weight_names, w_shapes, strict=True)
+            ]
+            biases += [
+                _TFParam(layer, d, n, s) for n, s in zip(self._bias_names, b_shapes, strict=True)
+            ]
+            if spec.num_proj is not None:
+                proj.append(_TFParam(layer, d, self._proj_name, (h, spec.num_proj)))
+        return weights, biases, proj
+
+    def _op(self, dtype: torch.dtype) -> ops._CudnnRNN:
+        op = self._ops.get(dtype)
+        if op is None:
+            spec = self._spec
+            kwargs: dict[str, Any] = {} if spec.num_proj is None else {"num_proj": spec.num_proj}
+            op = _OPS[spec.mode](
+                spec.num_layers,
+                spec.num_units,
+                spec.input_size,
+                input_mode=spec.input_mode,
+                direction=spec.direction,
+                dtype=dtype,
+                **kwargs,
+            )
+            self._ops[dtype] = op
+        return op
+
+    def _target_dtype(self, tensors: Sequence[Tensor], what: str) -> torch.dtype:
+        if self._dtype is not None:
+            return self._dtype
+        found = {t.dtype for t in tensors}
+        if len(found) > 1:
+            raise TypeError(
+                f"{self._owner}: {what} mix dtypes {sorted(map(str, found))}; convert them to one "
+                "dtype or pass dtype= to the converter."
+            )
+        return found.pop()
+
+    def _group(self, table: Sequence[Param], tensors: Sequence[Tensor]) -> dict[Any, _Canon]:
+        """Canonical tensors keyed by pseudo-layer, then by the layout's (kind, gate) tags."""
+        out: dict[Any, _Canon] = {}
+        for p, t in zip(table, tensors, strict=True):
+            out.setdefault((p.layer, p.direction), {})[p.kind, p.gate] = t
+        return out
+
+    # -- opaque -> TF ---------------------------------------------------------------------------
+    def opaque_to_tf_canonical(
+        self, opaque: Tensor | np.ndarray
+    ) -> tuple[list[Tensor], list[Tensor]] | tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """The TF canonical ``(weights, biases)`` of ``opaque`` (``+ projections`` with num_proj).
+
+        Lists run layer 0 fw, layer 0 bw, layer 1 fw, ...; per layer-direction LSTM/RNN
+        ``[kernel]``/``[bias]``, GRU ``[gates/kernel, candidate/input_projection/kernel,
+        candidate/hidden_projection/kernel]`` and the biases in the same order; projections
+        ``[H, P]`` one per layer-direction. Results are new tensors (differentiable).
+        """
+        owner, spec = self._owner, self._spec
+        flat = _as_tensor(owner, "opaque", opaque)
+        flat = flat.to(self._target_dtype([flat], "opaque"))
+        if tuple(flat.shape) != (self._layout.size,):
+            raise ValueError(
+                f"{owner}: opaque must be a 1-D buffer of {self._layout.size} elements (the "
+                f"params_size of {_describe(spec)}), got shape {tuple(flat.shape)}."
+            )
+        weights, biases = self._op(flat.dtype).params_to_canonical(flat)
+        cw = self._group(self._layout.weights, weights)
+        cb = self._group(self._layout.biases, biases)
+        src, dst = self._cudnn_gates, self._tf_gates
+        tf_w: list[Tensor] = []
+        tf_b: list[Tensor] = []
+        tf_p: list[Tensor] = []
+        for key in self._pseudo_layers():
+            w, b = cw[key], cb[key]
+            rows = torch.cat([torch.cat([w[INPUT, g], w[RECURRENT, g]], dim=1) for g in src])
+            tf_w.append(_own(permute_gates(rows, src, dst).T))
+            # TF's cells have one bias per gate; only the sum bW + bR enters the math.
+            summed = torch.cat([b[INPUT_BIAS, g] + b[RECURRENT_BIAS, g] for g in src])
+            tf_b.append(_own(permute_gates(summed, src, dst)))
+            for g in self._candidate_gates:
+                # bR_h sits inside the GRU reset product, so the candidate biases stay apart.
+                tf_w += [_own(w[INPUT, g].T), _own(w[RECURRENT, g].T)]
+                tf_b += [_own(b[INPUT_BIAS, g]), _own(b[RECURRENT_BIAS, g])]
+            if spec.num_proj is not None:
+                tf_p.append(_own(w[PROJECTION, None].T))
+        if spec.num_proj is not None:
+            return tf_w, tf_b, tf_p
+        return tf_w, tf_b
+
+    # -- TF -> opaque ---------------------------------------------------------------------------
+    def tf_canonical_to_opaque(
+        self,
+        tf_canonicals: Sequence[Tensor | np.ndarray],
+        weights_proj: Sequence[Tensor | np.ndarray] | None = None,
+    ) -> Tensor:
+        """The opaque buffer of TF canonical tensors (all weights, then all biases).
+
+        ``weights_proj`` (``[H, P]`` per layer-direction) is required with num_proj and refused
+        without. Summed biases come back halved into ``bW = bR = B / 2``. Count, dtypes and
+        shapes are checked first; the result is differentiable with respect to tensor inputs.
+        """
+        owner, spec = self._owner, self._spec
+        given = list(_check_sequence(owner, "tf_canonicals", tf_canonicals))
+        nw, nb = len(self._tf_weights), len(self._tf_biases)
+        if len(given) != nw + nb:
+            raise ValueError(
+                f"{owner}: expected {nw + nb} TF canonical tensors ({nw} weights, then {nb} "
+                f"biases) for {_describe(spec)}, got {len(given)}."
+            )
+        proj: list[Any] = []
+        if spec.num_proj is None:
+            if weights_proj is not None:
+                raise ValueError(
+                    f"{owner}: weights_proj must be None without num_proj, got "
+                    f"{type(weights_proj).__name__}; build the converter with num_proj=P."
+                )
+        else:
+            if weights_proj is None:
+                raise ValueError(
+                    f"{owner}: num_proj={spec.num_proj} needs weights_proj, the "
+                    f"{len(self._tf_proj)} projection kernels [num_units, num_proj]; got None."
+                )
+            proj = list(_check_sequence(owner, "weights_proj", weights_proj))
+            if len(proj) != len(self._tf_proj):
+                raise ValueError(
+                    f"{owner}: expected {len(self._tf_proj)} weights_proj (one per layer and "
+                    f"direction), got {len(proj)}."
+                )
+        named = [(f"tf_canonicals[{i}]", t) for i, t in enumerate(given)]
+        named += [(f"weights_proj[{i}]", t) for i, t in enumerate(proj)]
+        tensors = [_as_tensor(owner, what, t) for what, t in named]
+        dtype = self._target_dtype(tensors, "tf_canonicals and weights_proj")
+        tensors = [t.to(dtype) for t in tensors]
+        table = self._tf_weights + self._tf_biases + self._tf_proj
+        bad = [
+            f"{what} ({p.label}) expected {p.shape}, got {tuple(t.shape)}"
+            for (what, _), p, t in zip(named, table, tensors, strict=True)
+            if tuple(t.shape) != p.shape
+        ]
+        if bad:
+            raise ValueError(
+                f"{owner}: wrong shape of TF canonical tensors: " + "; ".join(bad) + "."
+            )
+        canon = self._to_cudnn(
+            iter(tensors[:nw]), iter(tensors[nw : nw + nb]), iter(tensors[nw + nb :])
+        )
+        weights = [canon[p.layer, p.direction][p.kind, p.gate] for p in self._layout.weights]
+        biases = [canon[p.layer, p.direction][p.kind, p.gate] for p in self._layout.biases]
+        try:
+            return self._op(dtype).canonical_to_params(weights, biases)
+        except ValueError as e:  # e.g. skip_input kernels without identity input blocks
+            raise ValueError(f"{owner}: the TF canonical tensors do not fit the model: {e}") from e
+
+    def _to_cudnn(
+        self, weights: Iterator[Tensor], biases: Iterator[Tensor], proj: Iterator[Tensor]
+    ) -> dict[tuple[int, int], _Canon]:
+        """cuDNN canonical tensors per pseudo-layer, consuming the TF lists in their order."""
+        spec, h = self._spec, self._spec.num_units
+        src, dst = self._cudnn_gates, self._tf_gates
+        out: dict[tuple[int, int], _Canon] = {}
+        for layer, d in self._pseudo_layers():
+            c: _Canon = out.setdefault((layer, d), {})
+            rows = permute_gates(next(weights).T, dst, src)
+            split = [spec.layer_input_size(layer), spec.output_units]
+            for g, block in zip(src, torch.split(rows, h), strict=True):
+                c[INPUT, g], c[RECURRENT, g] = torch.split(block, split, dim=1)
+            # Any split with the same sum computes the same; halves are TF's convention.
+            halves = permute_gates(next(biases), dst, src) * 0.5
+            for g, half in zip(src, torch.split(halves, h), strict=True):
+                c[INPUT_BIAS, g] = c[RECURRENT_BIAS, g] = half
+            for g in self._candidate_gates:
+                c[INPUT, g], c[RECURRENT, g] = next(weights).T, next(weights).T
+                c[INPUT_BIAS, g], c[RECURRENT_BIAS, g] = next(biases), next(biases)
+            if spec.num_proj is not None:
+                c[PROJECTION, None] = next(proj).T
+        return out
+
+
+class CudnnParamsFormatConverterLSTM(CudnnParamsFormatConverter):
+    """LSTM: ``kernel [in+Hout, 4H]`` (i, c, f, o), ``bias [4H]``, ``projection [H, P]``.
+
+    >>> import torch
+    >>> from cudnn_rnn import ops
+    >>> n = ops.CudnnLSTM(2, 4, 3, direction="bidirectional", num_proj=2).params_size()
+    >>> conv = CudnnParamsFormatConverterLSTM(2, 4, 3, 2, direction="bidirectional")
+    >>> weights, biases, projections = conv.opaque_to_tf_canonical(torch.randn(n))
+    >>> [tuple(w.shape) for w in weights], tuple(projections[0].shape)
+    ([(5, 16), (5, 16), (6, 16), (6, 16)], (4, 2))
+    >>> opaque = conv.tf_canonical_to_opaque(weights + biases, projections)
+    >>> again = conv.opaque_to_tf_canonical(opaque)
+    >>> all(bool((a == b).all()) for a, b in zip(again[0] + again[1], weights + biases))
+    True
+    """
+
+    _rnn_mode = CUDNN_LSTM
+
+
+class CudnnParamsFormatConverterGRU(CudnnParamsFormatConverter):
+    """GRU: ``gates/kernel [in+H, 2H]`` (r, u), candidate input/hidden kernels and exact biases.
+
+    >>> import numpy as np
+    >>> conv = CudnnParamsFormatConverterGRU(1, 2, 3)
+    >>> weights, biases = conv.opaque_to_tf_canonical(np.zeros(42))
+    >>> [tuple(w.shape) for w in weights], [tuple(b.shape) for b in biases]
+    ([(5, 4), (3, 2), (2, 2)], [(4,), (2,), (2,)])
+    """
+
+    _rnn_mode = CUDNN_GRU
+    _weight_names = (
+        "gates/kernel",
+        "candidate/input_projection/kernel",
+        "candidate/hidden_projection/kernel",
+    )
+    _bias_names = (
+        "gates/bias",
+        "candidate/input_projection/bias",
+        "candidate/hidden_projection/bias",
+    )
+
+
+class CudnnParamsFormatConverterTanh(CudnnParamsFormatConverter):
+    """RNN-tanh: ``kernel = [W | R]^T`` ``[in+H, H]``, ``bias = bW + bR``.
+
+    >>> import torch
+    >>> conv = CudnnParamsFormatConverterTanh(1, 1, 1)
+    >>> weights, biases = conv.opaque_to_tf_canonical(torch.tensor([2.0, 3.0, 0.5, 1.5]))
+    >>> weights[0].tolist(), biases[0].tolist()
+    ([[2.0], [3.0]], [2.0])
+    >>> conv.tf_canonical_to_opaque(weights + biases).tolist()
+    [2.0, 3.0, 1.0, 1.0]
+    """
+
+    _rnn_mode = CUDNN_RNN_TANH
+
+
+class CudnnParamsFormatConverterRelu(CudnnParamsFormatConverter):
+    """RNN-relu: the same transform as tanh. Under skip_input the kernel holds ``[I | R]^T``.
+
+    >>> import torch
+    >>> conv = CudnnParamsFormatConverterRelu(1, 2, 2, input_mode="skip_input")
+    >>> weights, biases = conv.opaque_to_tf_canonical(torch.tensor([1.0, 2, 3, 4, 0, 0, 0, 0]))
+    >>> weights[0].tolist()
+    [[1.0, 0.0], [0.0, 1.0], [1.0, 3.0], [2.0, 4.0]]
+    """
+
+    _rnn_mode = CUDNN_RNN_RELU
+
+
+# -- saveables --------------------------------------------------------------------------------
+
+
+class SaveSpec(NamedTuple):
+    """One saved tensor, as ``saver.BaseSaverBuilder.SaveSpec`` (``slice_spec`` is always "")."""
+
+    tensor: Tensor
+    slice_spec: str
+    name: str
+
+
+class _Entry(NamedTuple):
+    name: str  # full checkpoint name
+    shape: tuple[int, ...]
+    group: str  # which converter list it comes from: "weights", "biases" or "proj"
+    position: int  # its position in that list
+
+
+class CudnnOpaqueParamsSaveable:
+    """Saves an opaque buffer as TF canonical tensors and restores them into it (abstract).
+
+    Subclasses set the mode as class data: ``_rnn_mode``, ``_format_converter_cls`` and
+    ``_rnn_cell_name``. Names are those of TF's compatible cells (see ``_tf_canonical_names``):
+    all weights, then all biases, layer 0 fw, layer 0 bw, layer 1 fw, ... ``num_proj`` is an
+    extension (r1.15's saveables had none): each LSTM layer-direction's ``projection/kernel``
+    ``[H, P]`` follows its kernel in the weight list.
+
+    :meth:`restore` writes into ``opaque_params`` in place (an optimizer holding it keeps
+    working). It also implements :class:`~cudnn_rnn.checkpointable.Checkpointable`.
+
+    >>> import torch
+    >>> opaque = torch.nn.Parameter(torch.zeros(56))
+    >>> saveable = CudnnLSTMSaveable(opaque, 1, 2, 3, scope="main")
+    >>> [(s.name, tuple(s.tensor.shape)) for s in saveable.specs]  # doctest: +NORMALIZE_WHITESPACE
+    [('main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel', (5, 8)),
+     ('main/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias', (8,))]
+    """
+
+    _rnn_mode: ClassVar[str]
+    _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]]
+    _rnn_cell_name: ClassVar[str]
+
+    def __init__(
+        self,
+        opaque_params: Tensor,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+        direction: str = CUDNN_RNN_UNIDIRECTION,
+        scope: str | None = None,
+        name: str = "cudnn_rnn_saveable",
+        *,
+        num_proj: int | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if not hasattr(self, "_rnn_mode"):
+            raise TypeError(
+                f"{owner} is abstract; use CudnnLSTMSaveable, CudnnGRUSaveable, "
+                "CudnnRNNTanhSaveable or CudnnRNNReluSaveable."
+            )
+        self._spec = RNNSpec(
+            self._rnn_mode,
+            num_layers,
+            num_units,
+            input_size,
+            input_mode,
+            direction,
+            num_proj,
+            owner=owner,
+        )
+        if scope is not None and not isinstance(scope, str):
+            raise TypeError(
+                f"{owner}: scope must be a str or None, got {type(scope).__name__} {scope!r}; "
+                "pass the scope's name."
+            )
+        if not isinstance(name, str):
+            raise TypeError(f"{owner}: name must be a str, got {type(name).__name__} {name!r}.")
+        self._scope = scope.rstrip("/") if scope else ""
+        self._name = name
+        self._format_converter = self._format_converter_cls(
+            num_layers,
+            num_units,
+            input_size,
+            num_proj,
+            input_mode=input_mode,
+            direction=direction,
+        )
+        self._opaque = self._check_opaque(opaque_params)
+        self._entries = self._make_entries()
+
+    def _check_opaque(self, opaque: object) -> Tensor:
+        owner = type(self).__name__
+        size = layout_of(self._spec).size
+        if not isinstance(opaque, Tensor):
+            raise TypeError(
+                f"{owner}: opaque_params must be a 1-D torch.Tensor or nn.Parameter of "
+                f"{size} elements, got {type(opaque).__name__}"
+                f"{'; wrap it with torch.nn.Parameter' if isinstance(opaque, np.ndarray) else ''}."
+            )
+        if opaque.dtype not in ops.DTYPES:
+            raise TypeError(
+                f"{owner}: opaque_params must have a float16, bfloat16, float32 or float64 "
+                f"dtype, got {opaque.dtype}."
+            )
+        if tuple(opaque.shape) != (size,):
+            raise ValueError(
+                f"{owner}: opaque_params must be a 1-D buffer of {size} elements (the params_size "
+                f"of {_describe(self._spec)}), got shape {tuple(opaque.shape)}."
+            )
+        return opaque
+
+    # -- names ----------------------------------------------------------------------------------
+    def _cell_prefix(self, layer: int, direction: int) -> str:
+        cell = self._rnn_cell_name
+        if self._spec.bidirectional:
+            d = "bw" if direction else "fw"
+            return f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{d}/{cell}"
+        return f"rnn/multi_rnn_cell/cell_{layer}/{cell}"
+
+    def _make_entries(self) -> tuple[_Entry, ...]:
+        conv = self._format_converter
+        tagged = [
+            (group, i, p)
+            for group, table in (
+                ("weights", conv._tf_weights),
+                ("proj", conv._tf_proj),
+                ("biases", conv._tf_biases),
+            )
+            for i, p in enumerate(table)
+        ]
+        # Weights, each layer-direction's projection right after its kernel (a stable sort: the
+        # weights come before the projections in `tagged`), then biases.
+        weights = [t for t in tagged if t[0] != "biases"]
+        ordered = sorted(weights, key=lambda t: (t[2].layer, t[2].direction))
+        ordered += [t for t in tagged if t[0] == "biases"]
+        scope = f"{self._scope}/" if self._scope else ""
+        return tuple(
+            _Entry(f"{scope}{self._cell_prefix(p.layer, p.direction)}/{p.name}", p.shape, g, i)
+            for g, i, p in ordered
+        )
+
+    def _tf_canonical_names(self) -> list[str]:
+        """Full checkpoint names, in save order: all weights, then all biases."""
+        return [e.name for e in self._entries]
+
+    # -- save / restore ---------------------------------------------------------------------------
+    @property
+    def specs(self) -> list[SaveSpec]:
+        """The tensors to save, computed from the current opaque values (detached)."""
+        with torch.no_grad():
+            converted = self._format_converter.opaque_to_tf_canonical(self._opaque.detach())
+        groups = dict(zip(("weights", "biases", "proj"), converted))
+        return [SaveSpec(groups[e.group][e.position], "", e.name) for e in self._entries]
+
+    def restore(
+        self,
+        restored_tensors: Sequence[Tensor | np.ndarray],
+        restored_shapes: Sequence[Any] | None = None,
+    ) -> None:
+        """Write TF canonical tensors (in :attr:`specs` order) into the opaque buffer in place.
+
+        ``restored_shapes`` is accepted for TF's signature and not used: the shapes are checked
+        against the expected ones. Everything is checked and converted before the one write, so
+        an error leaves the parameter unchanged.
+        """
+        del restored_shapes
+        owner = type(self).__name__
+        given = list(_check_sequence(owner, "restored_tensors", restored_tensors))
+        if len(given) != len(self._entries):
+            raise ValueError(
+                f"{owner}: expected {len(self._entries)} restored tensors (the names of "
+                f"_tf_canonical_names()) for {_describe(self._spec)}, got {len(given)}."
+            )
+        opaque = self._opaque
+        tensors = [
+            _as_tensor(owner, f"restored_tensors[{i}] ({e.name})", t)
+            for i, (e, t) in enumerate(zip(self._entries, given))
+        ]
+        bad = [
+            f"{e.name} expected {e.shape}, got {tuple(t.shape)}"
+            for e, t in zip(self._entries, tensors)
+            if tuple(t.shape) != e.shape
+        ]
+        if bad:
+            raise ValueError(f"{owner}: wrong shape of restored tensors: " + "; ".join(bad) + ".")
+        # Back to the converter's lists: each entry knows its list and position there.
+        groups: dict[str, list[Tensor]] = {"weights": [], "biases": [], "proj": []}
+        for e, t in sorted(
+            zip(self._entries, tensors), key=lambda et: (et[0].group, et[0].position)
+        ):
+            groups[e.group].append(t.to(device=opaque.device, dtype=opaque.dtype))
+        with torch.no_grad():
+            new = self._format_converter.tf_canonical_to_opaque(
+                groups["weights"] + groups["biases"],
+                groups["proj"] if self._spec.num_proj is not None else None,
+            )
+            # In place: the Parameter object (and an optimizer's reference to it) stays.
+            opaque.copy_(new)
+
+    # -- Checkpointable ---------------------------------------------------------------------------
+    def checkpoint_entries(self) -> dict[str, Tensor]:
+        """Full canonical name -> tensor to save (the :attr:`specs`)."""
+        return {s.name: s.tensor for s in self.specs}
+
+    def checkpoint_shapes(self) -> dict[str, Shape]:
+        """Full canonical name -> shape that :meth:`checkpoint_load` expects."""
+        return {e.name: e.shape for e in self._entries}
+
+    def checkpoint_load(self, tensors: Mapping[str, Tensor]) -> None:
+        """Restore from a name -> tensor mapping; names of other objects are ignored."""
+        owner = type(self).__name__
+        if not isinstance(tensors, Mapping):
+            raise TypeError(
+                f"{owner}: checkpoint_load needs a mapping of name -> tensor, got "
+                f"{type(tensors).__name__}."
+            )
+        missing = [e.name for e in self._entries if e.name not in tensors]
+        if missing:
+            raise ValueError(f"{owner}: missing tensors: {', '.join(missing)}.")
+        self.restore([tensors[e.name] for e in self._entries])
+
+    def checkpoint_spec(self) -> dict[str, Any]:
+        """A JSON-able description of the saved model."""
+        spec = self._spec
+        return {
+            "kind": "cudnn_saveable",
+            "rnn_mode": spec.mode,
+            "num_layers": spec.num_layers,
+            "num_units": spec.num_units,
+            "input_size": spec.input_size,
+            "input_mode": spec.input_mode,
+            "direction": spec.direction,
+            "num_proj": spec.num_proj,
+            "scope": self.scope,
+        }
+
+    # -- properties -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def scope(self) -> str | None:
+        """The name prefix without its trailing "/"; None when names have no prefix."""
+        return self._scope or None
+
+    @property
+    def spec(self) -> RNNSpec:
+        return self._spec
+
+    @property
+    def num_layers(self) -> int:
+        return self._spec.num_layers
+
+    @property
+    def num_units(self) -> int:
+        return self._spec.num_units
+
+    @property
+    def input_size(self) -> int:
+        return self._spec.input_size
+
+    @property
+    def input_mode(self) -> str:
+        return self._spec.input_mode
+
+    @property
+    def direction(self) -> str:
+        return self._spec.direction
+
+    @property
+    def num_dirs(self) -> int:
+        return self._spec.num_dirs
+
+    @property
+    def num_proj(self) -> int | None:
+        return self._spec.num_proj
+
+    @property
+    def rnn_mode(self) -> str:
+        return self._spec.mode
+
+    @property
+    def format_converter(self) -> CudnnParamsFormatConverter:
+        return self._format_converter
+
+    @property
+    def opaque_params(self) -> Tensor:
+        return self._opaque
+
+
+class CudnnLSTMSaveable(CudnnOpaqueParamsSaveable):
+    """LSTM checkpoints for ``CudnnCompatibleLSTMCell``: ``.../kernel`` and ``.../bias``.
+
+    >>> import torch
+    >>> opaque = torch.nn.Parameter(torch.zeros(104))
+    >>> saveable = CudnnLSTMSaveable(opaque, 2, 2, 3)
+    >>> saveable._tf_canonical_names()[1]
+    'rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel'
+    >>> tensors = [torch.ones(s.tensor.shape) for s in saveable.specs]
+    >>> saveable.restore(tensors)  # in place; every summed bias is halved
+    >>> opaque[:3].tolist(), opaque[-1].item()
+    ([1.0, 1.0, 1.0], 0.5)
+    """
+
+    _rnn_mode = CUDNN_LSTM
+    _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
+        CudnnParamsFormatConverterLSTM
+    )
+    _rnn_cell_name = "cudnn_compatible_lstm_cell"
+
+
+class CudnnGRUSaveable(CudnnOpaqueParamsSaveable):
+    """GRU checkpoints for ``CudnnCompatibleGRUCell``: ``gates/...`` and ``candidate/...``.
+
+    >>> import torch
+    >>> saveable = CudnnGRUSaveable(torch.zeros(42), 1, 2, 3, scope="m1/")
+    >>> list(saveable.checkpoint_shapes().items())[:2]  # doctest: +NORMALIZE_WHITESPACE
+    [('m1/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/kernel', (5, 4)),
+     ('m1/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/candidate/input_projection/kernel',
+      (3, 2))]
+    """
+
+    _rnn_mode = CUDNN_GRU
+    _format_converter_cls = CudnnParamsFormatConverterGRU
+    _rnn_cell_name = "cudnn_compatible_gru_cell"
+
+
+class CudnnRNNTanhSaveable(CudnnLSTMSaveable):
+    """RNN-tanh checkpoints for ``BasicRNNCell``: ``basic_rnn_cell/kernel`` and ``.../bias``.
+
+    >>> import torch
+    >>> saveable = CudnnRNNTanhSaveable(torch.zeros(20), 1, 2, 1, direction="bidirectional")
+    >>> saveable._tf_canonical_names()[:2]  # doctest: +NORMALIZE_WHITESPACE
+    ['stack_bidirectional_rnn/cell_0/bidirectional_rnn/fw/basic_rnn_cell/kernel',
+     'stack_bidirectional_rnn/cell_0/bidirectional_rnn/bw/basic_rnn_cell/kernel']
+    """
+
+    _rnn_mode = CUDNN_RNN_TANH
+    _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
+        CudnnParamsFormatConverterTanh
+    )
+    _rnn_cell_name = "basic_rnn_cell"
+
+
+class CudnnRNNReluSaveable(CudnnLSTMSaveable):
+    """RNN-relu checkpoints for ``BasicRNNCell`` (names as RNN-tanh).
+
+    >>> import torch
+    >>> saveable = CudnnRNNReluSaveable(torch.zeros(4), 1, 1, 1)
+    >>> saveable.checkpoint_spec()["rnn_mode"], saveable.rnn_mode, saveable.scope
+    ('rnn_relu', 'rnn_relu', None)
+    """
+
+    _rnn_mode = CUDNN_RNN_RELU
+    _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
+        CudnnParamsFormatConverterRelu
+    )
+    _rnn_cell_name = "basic_rnn_cell"
