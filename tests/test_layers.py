@@ -263,3 +263,10 @@ def test_torch_compile_eager_backend() -> None:
 def test_public_names() -> None:
     assert cudnn_rnn.CudnnLSTM is CudnnLSTM and cudnn_rnn.CudnnRNNRelu is CudnnRNNRelu
     assert CudnnLSTM(1, 2).name == "cudnn_lstm" and CudnnRNNTanh(1, 2).name == "cudnn_rnn_tanh"
+
+
+def test_every_public_name_resolves() -> None:
+    for name in cudnn_rnn.__all__:
+        assert getattr(cudnn_rnn, name) is not None, name
+    with pytest.raises(AttributeError, match="module 'cudnn_rnn' has no attribute 'Nope'"):
+        _ = cudnn_rnn.Nope  # type: ignore[attr-defined]

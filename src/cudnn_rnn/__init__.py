@@ -26,18 +26,64 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.spec import RNNSpec
 
 if TYPE_CHECKING:
-    from cudnn_rnn import ops
+    from cudnn_rnn import checkpoint, ops
+    from cudnn_rnn.cells import (
+        BasicRNNCell,
+        BidirectionalStack,
+        CudnnCompatibleGRUCell,
+        CudnnCompatibleLSTMCell,
+        LSTMStateTuple,
+        MultiRNNCell,
+        dynamic_rnn,
+        stack_bidirectional_dynamic_rnn,
+    )
     from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
+    from cudnn_rnn.saveable import (
+        CudnnGRUSaveable,
+        CudnnLSTMSaveable,
+        CudnnOpaqueParamsSaveable,
+        CudnnParamsFormatConverterGRU,
+        CudnnParamsFormatConverterLSTM,
+        CudnnParamsFormatConverterRelu,
+        CudnnParamsFormatConverterTanh,
+        CudnnRNNReluSaveable,
+        CudnnRNNTanhSaveable,
+    )
 
 __version__ = "0.1.0"
 
 # Public name -> module that defines it (None: the name is the module itself).
 _LAZY: dict[str, str | None] = {
     "ops": None,
-    "CudnnLSTM": "layers",
-    "CudnnGRU": "layers",
-    "CudnnRNNTanh": "layers",
-    "CudnnRNNRelu": "layers",
+    "checkpoint": None,
+    **dict.fromkeys(("CudnnLSTM", "CudnnGRU", "CudnnRNNTanh", "CudnnRNNRelu"), "layers"),
+    **dict.fromkeys(
+        (
+            "BasicRNNCell",
+            "BidirectionalStack",
+            "CudnnCompatibleGRUCell",
+            "CudnnCompatibleLSTMCell",
+            "LSTMStateTuple",
+            "MultiRNNCell",
+            "dynamic_rnn",
+            "stack_bidirectional_dynamic_rnn",
+        ),
+        "cells",
+    ),
+    **dict.fromkeys(
+        (
+            "CudnnOpaqueParamsSaveable",
+            "CudnnLSTMSaveable",
+            "CudnnGRUSaveable",
+            "CudnnRNNTanhSaveable",
+            "CudnnRNNReluSaveable",
+            "CudnnParamsFormatConverterLSTM",
+            "CudnnParamsFormatConverterGRU",
+            "CudnnParamsFormatConverterTanh",
+            "CudnnParamsFormatConverterRelu",
+        ),
+        "saveable",
+    ),
 }
 
 
@@ -58,11 +104,29 @@ __all__ = [
     "CUDNN_RNN_RELU",
     "CUDNN_RNN_TANH",
     "CUDNN_RNN_UNIDIRECTION",
+    "BasicRNNCell",
+    "BidirectionalStack",
+    "CudnnCompatibleGRUCell",
+    "CudnnCompatibleLSTMCell",
     "CudnnGRU",
+    "CudnnGRUSaveable",
     "CudnnLSTM",
+    "CudnnLSTMSaveable",
+    "CudnnOpaqueParamsSaveable",
+    "CudnnParamsFormatConverterGRU",
+    "CudnnParamsFormatConverterLSTM",
+    "CudnnParamsFormatConverterRelu",
+    "CudnnParamsFormatConverterTanh",
     "CudnnRNNRelu",
+    "CudnnRNNReluSaveable",
     "CudnnRNNTanh",
+    "CudnnRNNTanhSaveable",
+    "LSTMStateTuple",
+    "MultiRNNCell",
     "RNNSpec",
     "__version__",
+    "checkpoint",
+    "dynamic_rnn",
     "ops",
+    "stack_bidirectional_dynamic_rnn",
 ]
