@@ -47,7 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeAlias
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -55,7 +54,7 @@ from cudnn_rnn.checkpointable import Shape
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.spec import check_int
-from cudnn_rnn.ops import check_dtype
+from cudnn_rnn.ops import check_dtype, check_lengths
 
 __all__ = [
     "BasicRNNCell",
@@ -964,35 +963,7 @@ def _check_sequences(
     steps, batch = int(x.shape[0]), int(x.shape[1])
     if sequence_length is None:
         return x, None
-    if isinstance(sequence_length, Tensor):
-        if sequence_length.dtype.is_floating_point or sequence_length.dtype in (
-            torch.bool,
-            torch.complex64,
-            torch.complex128,
-        ):
-            raise TypeError(
-                f"{owner}: sequence_length must hold integers, got dtype {sequence_length.dtype}."
-            )
-        lengths = sequence_length.detach().to(torch.int64)
-    else:
-        arr = np.asarray(sequence_length)
-        if arr.dtype.kind not in "iu":
-            raise TypeError(
-                f"{owner}: sequence_length must be integers (a tensor, array or list), got "
-                f"{type(sequence_length).__name__} of dtype {arr.dtype}."
-            )
-        lengths = torch.as_tensor(arr, dtype=torch.int64)
-    if tuple(lengths.shape) != (batch,):
-        raise ValueError(
-            f"{owner}: sequence_length must have shape [batch] = ({batch},), got "
-            f"{tuple(lengths.shape)}."
-        )
-    low, high = int(lengths.min()), int(lengths.max())
-    if low < 1 or high > steps:
-        raise ValueError(
-            f"{owner}: sequence_length must be in [1, {steps}] (the number of time steps), got "
-            f"values from {low} to {high}."
-        )
+    lengths = check_lengths(owner, "sequence_length", sequence_length, steps, batch)
     return x, lengths.to(x.device)
 
 

@@ -69,6 +69,41 @@ def check_dtype(owner: str, dtype: object) -> torch.dtype:
     )
 
 
+def check_lengths(owner: str, name: str, lengths: Any, steps: int, batch: int) -> Tensor:
+    """Sequence lengths as a CPU int64 tensor ``[batch]`` with values in ``[1, steps]``.
+
+    Accepts an integer tensor (any device), array or list; TypeError for non-integers,
+    ValueError for a wrong shape or a value out of range.
+    """
+    if isinstance(lengths, Tensor):
+        if (
+            lengths.dtype.is_floating_point
+            or lengths.dtype.is_complex
+            or lengths.dtype == torch.bool
+        ):
+            raise TypeError(f"{owner}: {name} must hold integers, got dtype {lengths.dtype}.")
+        t = lengths.detach().to("cpu", torch.int64)
+    else:
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(
+                f"{owner}: {name} must be integers (a tensor, array or list), got "
+                f"{type(lengths).__name__} of dtype {arr.dtype}."
+            )
+        t = torch.as_tensor(arr, dtype=torch.int64)
+    if tuple(t.shape) != (batch,):
+        raise ValueError(
+            f"{owner}: {name} must have shape [batch] = ({batch},), got {tuple(t.shape)}."
+        )
+    low, high = int(t.min()), int(t.max())
+    if low < 1 or high > steps:
+        raise ValueError(
+            f"{owner}: {name} must be in [1, {steps}] (the number of time steps), got values "
+            f"from {low} to {high}."
+        )
+    return t
+
+
 class _CudnnRNN:
     """Base of the op-level classes; the mode is data (``_rnn_mode``), the code is shared."""
 
@@ -331,38 +366,7 @@ class _CudnnRNN:
     def _check_lengths(self, lengths: Any, steps: int, batch: int) -> Tensor | None:
         if lengths is None:
             return None
-        owner = self._owner
-        if isinstance(lengths, Tensor):
-            if (
-                lengths.dtype.is_floating_point
-                or lengths.dtype.is_complex
-                or lengths.dtype == torch.bool
-            ):
-                raise TypeError(
-                    f"{owner}: sequence_lengths must hold integers, got dtype {lengths.dtype}."
-                )
-            t = lengths.detach().to("cpu", torch.int64)
-        else:
-            arr = np.asarray(lengths)
-            if arr.dtype.kind not in "iu":
-                raise TypeError(
-                    f"{owner}: sequence_lengths must be integers (a tensor, array or list), got "
-                    f"{type(lengths).__name__} of dtype {arr.dtype}."
-                )
-            t = torch.as_tensor(arr, dtype=torch.int64)
-        if tuple(t.shape) != (batch,):
-            raise ValueError(
-                f"{owner}: sequence_lengths must have shape [batch] = ({batch},), got "
-                f"{tuple(t.shape)}."
-            )
-        low, high = int(t.min()), int(t.max())
-        if low < 1 or high > steps:
-            raise ValueError(
-                f"{owner}: sequence_lengths must be in [1, {steps}] (the number of time steps), "
-                "got "
-                f"values from {low} to {high}."
-            )
-        return t
+        return check_lengths(self._owner, "sequence_lengths", lengths, steps, batch)
 
 
 class CudnnLSTM(_CudnnRNN):
