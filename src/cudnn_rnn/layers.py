@@ -42,14 +42,14 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.core.spec import RNNSpec, check_input_mode, check_int
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
 
 __all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 
 Initializer = Callable[[tuple[int, ...]], Any]
 
 
-class _CudnnRNN(nn.Module):
+class _CudnnRNN(nn.Module, SpecProperties):
     """Base of the layer classes; the mode is class data, the code is shared."""
 
     _rnn_mode: ClassVar[str]
@@ -220,37 +220,13 @@ class _CudnnRNN(nn.Module):
         return self._spec
 
     # -- properties of the original --------------------------------------------------------------
-    @property
-    def num_layers(self) -> int:
-        return self._base_spec.num_layers
 
-    @property
-    def num_units(self) -> int:
-        return self._base_spec.num_units
-
-    @property
-    def num_proj(self) -> int | None:
-        return self._base_spec.num_proj
+    def _described_spec(self) -> RNNSpec:
+        return self._base_spec  # known before build; its input_mode is a placeholder till then
 
     @property
     def input_mode(self) -> str:
         return self._input_mode
-
-    @property
-    def rnn_mode(self) -> str:
-        return self._rnn_mode
-
-    @property
-    def direction(self) -> str:
-        return self._base_spec.direction
-
-    @property
-    def num_dirs(self) -> int:
-        return self._base_spec.num_dirs
-
-    @property
-    def dropout(self) -> float:
-        return self._base_spec.dropout
 
     @property
     def seed(self) -> int | None:

@@ -42,7 +42,7 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.layout import Layout, layout_of
-from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties
 from cudnn_rnn.functional import rnn_forward
 
 __all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
@@ -104,7 +104,7 @@ def check_lengths(owner: str, name: str, lengths: Any, steps: int, batch: int) -
     return t
 
 
-class _CudnnRNN:
+class _CudnnRNN(SpecProperties):
     """Base of the op-level classes; the mode is data (``_rnn_mode``), the code is shared."""
 
     _rnn_mode: ClassVar[str]
@@ -151,46 +151,13 @@ class _CudnnRNN:
         return other
 
     # -- properties of the original ------------------------------------------------------------
+    def _described_spec(self) -> RNNSpec:
+        return self._spec
+
     @property
     def spec(self) -> RNNSpec:
         """The validated configuration."""
         return self._spec
-
-    @property
-    def rnn_mode(self) -> str:
-        return self._spec.mode
-
-    @property
-    def num_layers(self) -> int:
-        return self._spec.num_layers
-
-    @property
-    def num_units(self) -> int:
-        return self._spec.num_units
-
-    @property
-    def input_size(self) -> int:
-        return self._spec.input_size
-
-    @property
-    def input_mode(self) -> str:
-        return self._spec.input_mode
-
-    @property
-    def direction(self) -> str:
-        return self._spec.direction
-
-    @property
-    def num_dirs(self) -> int:
-        return self._spec.num_dirs
-
-    @property
-    def num_proj(self) -> int | None:
-        return self._spec.num_proj
-
-    @property
-    def dropout(self) -> float:
-        return self._spec.dropout
 
     @property
     def seed(self) -> int:

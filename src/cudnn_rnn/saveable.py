@@ -67,7 +67,7 @@ from cudnn_rnn.core.layout import (
     Param,
     layout_of,
 )
-from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties
 
 __all__ = [
     "CudnnGRUSaveable",
@@ -153,7 +153,7 @@ def _check_sequence(owner: str, what: str, value: object) -> Sequence[Any]:
 # -- format converters ------------------------------------------------------------------------
 
 
-class CudnnParamsFormatConverter:
+class CudnnParamsFormatConverter(SpecProperties):
     """Base of the converters between an opaque buffer and TF canonical tensors (abstract).
 
     The mode is data: ``_rnn_mode`` and the TF names of one layer-direction's weights and biases.
@@ -222,18 +222,13 @@ class CudnnParamsFormatConverter:
     def _owner(self) -> str:
         return type(self).__name__
 
+    def _described_spec(self) -> RNNSpec:
+        return self._spec
+
     @property
     def spec(self) -> RNNSpec:
         """The validated configuration."""
         return self._spec
-
-    @property
-    def rnn_mode(self) -> str:
-        return self._spec.mode
-
-    @property
-    def num_proj(self) -> int | None:
-        return self._spec.num_proj
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -521,7 +516,7 @@ class _Entry(NamedTuple):
     position: int  # its position in that list
 
 
-class CudnnOpaqueParamsSaveable:
+class CudnnOpaqueParamsSaveable(SpecProperties):
     """Saves an opaque buffer as TF canonical tensors and restores them into it (abstract).
 
     Subclasses set the mode as class data: ``_rnn_mode``, ``_format_converter_cls`` and
@@ -750,41 +745,12 @@ class CudnnOpaqueParamsSaveable:
         """The name prefix without its trailing "/"; None when names have no prefix."""
         return self._scope or None
 
-    @property
-    def spec(self) -> RNNSpec:
+    def _described_spec(self) -> RNNSpec:
         return self._spec
 
     @property
-    def num_layers(self) -> int:
-        return self._spec.num_layers
-
-    @property
-    def num_units(self) -> int:
-        return self._spec.num_units
-
-    @property
-    def input_size(self) -> int:
-        return self._spec.input_size
-
-    @property
-    def input_mode(self) -> str:
-        return self._spec.input_mode
-
-    @property
-    def direction(self) -> str:
-        return self._spec.direction
-
-    @property
-    def num_dirs(self) -> int:
-        return self._spec.num_dirs
-
-    @property
-    def num_proj(self) -> int | None:
-        return self._spec.num_proj
-
-    @property
-    def rnn_mode(self) -> str:
-        return self._spec.mode
+    def spec(self) -> RNNSpec:
+        return self._spec
 
     @property
     def format_converter(self) -> CudnnParamsFormatConverter:

@@ -174,3 +174,50 @@ class RNNSpec:
     def layer_input_size(self, layer: int) -> int:
         """Input width of ``layer``: input_size for layer 0, num_dirs * output_units after."""
         return self.input_size if layer == 0 else self.num_dirs * self.output_units
+
+
+class SpecProperties:
+    """The original's read-only configuration properties, derived from one :class:`RNNSpec`.
+
+    Classes that describe a model (op level, layers, saveables) mix this in and implement
+    ``_described_spec``; the properties are then written once, here.
+    """
+
+    def _described_spec(self) -> RNNSpec:
+        raise NotImplementedError
+
+    @property
+    def rnn_mode(self) -> str:
+        return self._described_spec().mode
+
+    @property
+    def num_layers(self) -> int:
+        return self._described_spec().num_layers
+
+    @property
+    def num_units(self) -> int:
+        return self._described_spec().num_units
+
+    @property
+    def input_size(self) -> int:
+        return self._described_spec().input_size
+
+    @property
+    def input_mode(self) -> str:
+        return self._described_spec().input_mode
+
+    @property
+    def direction(self) -> str:
+        return self._described_spec().direction
+
+    @property
+    def num_dirs(self) -> int:
+        return self._described_spec().num_dirs
+
+    @property
+    def num_proj(self) -> int | None:
+        return self._described_spec().num_proj
+
+    @property
+    def dropout(self) -> float:
+        return self._described_spec().dropout
