@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+# Keras 3 runs on its torch backend in our tests (no TensorFlow in the test run).
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
 import pytest
 import torch
 

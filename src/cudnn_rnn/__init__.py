@@ -26,7 +26,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.spec import RNNSpec
 
 if TYPE_CHECKING:
-    from cudnn_rnn import checkpoint, ops
+    from cudnn_rnn import checkpoint, convert, ops
     from cudnn_rnn.cells import (
         BasicRNNCell,
         BidirectionalStack,
@@ -56,6 +56,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str | None] = {
     "ops": None,
     "checkpoint": None,
+    "convert": None,
     **dict.fromkeys(("CudnnLSTM", "CudnnGRU", "CudnnRNNTanh", "CudnnRNNRelu"), "layers"),
     **dict.fromkeys(
         (
@@ -126,6 +127,7 @@ __all__ = [
     "RNNSpec",
     "__version__",
     "checkpoint",
+    "convert",
     "dynamic_rnn",
     "ops",
     "stack_bidirectional_dynamic_rnn",

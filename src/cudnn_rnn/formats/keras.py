@@ -1,0 +1,247 @@
+"""Keras 3 <-> our layers: ``LSTM``, ``GRU(reset_after=True)``, ``SimpleRNN``, ``Bidirectional``.
+
+Keras stores, per layer and direction, ``kernel [in, G*H]``, ``recurrent_kernel [H, G*H]`` and a
+bias, with gates in its own order (LSTM i, f, c, o; GRU z(=u), r, h). The math is cuDNN's when:
+
+* LSTM and SimpleRNN: one bias ``[G*H]``. From Keras it becomes ``bW`` (``bR = 0``): lossless. To
+  Keras we write ``bW + bR``: the split is lost but the outputs are the same (the sum is all the
+  math sees), like TF's own canonical format.
+* GRU with ``reset_after=True``: bias ``[2, 3H]`` = (input biases, recurrent biases), the reset
+  gate applied after the recurrent matmul, exactly cuDNN's GRU: lossless both ways.
+  ``reset_after=False`` computes different math (reset before the matmul) and is refused.
+
+Keras layers run batch-major: call our layer with ``time_major=False`` to compare. Keras stays an
+optional dependency: it is imported only when a function here runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.gates import GATE_ORDERS, permute_gates
+from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS, layout_of
+from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
+
+__all__ = ["from_keras", "to_keras"]
+
+_LAYER_CLASSES: dict[str, type[_CudnnRNN]] = {
+    CUDNN_LSTM: CudnnLSTM,
+    CUDNN_GRU: CudnnGRU,
+    CUDNN_RNN_TANH: CudnnRNNTanh,
+    CUDNN_RNN_RELU: CudnnRNNRelu,
+}
+_CUDNN, _KERAS = GATE_ORDERS["cudnn"], GATE_ORDERS["keras"]
+
+
+def _keras() -> Any:
+    try:
+        import keras
+    except ImportError as err:  # pragma: no cover - exercised only without keras
+        raise ImportError(
+            "cudnn_rnn.convert: Keras conversion needs keras 3 (pip install keras)."
+        ) from err
+    return keras
+
+
+def _mode_of(keras: Any, layer: Any, backward: bool) -> str:
+    """Our mode for one Keras RNN layer, refusing what computes other math."""
+    name = type(layer).__name__
+    act = getattr(getattr(layer, "activation", None), "__name__", None)
+    rec = getattr(getattr(layer, "recurrent_activation", None), "__name__", "sigmoid")
+    if getattr(layer, "go_backwards", False) != backward:
+        raise ValueError(
+            f"from_keras: {layer.name}: go_backwards layers are not supported; use "
+            "a Bidirectional wrapper."
+        )
+    if isinstance(layer, keras.layers.LSTM):
+        mode = CUDNN_LSTM
+    elif isinstance(layer, keras.layers.GRU):
+        if not layer.reset_after:
+            raise ValueError(
+                f"from_keras: {layer.name}: GRU(reset_after=False) computes different math (the "
+                "reset gate is applied before the recurrent matmul; cuDNN applies it after). Use "
+                "GRU(reset_after=True), the Keras default."
+            )
+        mode = CUDNN_GRU
+    elif isinstance(layer, keras.layers.SimpleRNN):
+        if act not in ("tanh", "relu"):
+            raise ValueError(
+                f"from_keras: {layer.name}: SimpleRNN activation {act!r} has no "
+                "cuDNN mode; expected 'tanh' or 'relu'."
+            )
+        return CUDNN_RNN_TANH if act == "tanh" else CUDNN_RNN_RELU
+    else:
+        raise TypeError(
+            f"from_keras: expected Keras LSTM, GRU, SimpleRNN or Bidirectional layers, got {name}."
+        )
+    if act != "tanh" or rec != "sigmoid":
+        raise ValueError(
+            f"from_keras: {layer.name}: activations ({act!r}, {rec!r}) differ from "
+            "cuDNN's ('tanh', 'sigmoid')."
+        )
+    return mode
+
+
+def _directions(keras: Any, layer: Any) -> list[Any]:
+    if isinstance(layer, keras.layers.Bidirectional):
+        if layer.merge_mode != "concat":
+            raise ValueError(
+                f"from_keras: {layer.name}: merge_mode {layer.merge_mode!r} is not "
+                "supported; cuDNN concatenates the directions ('concat')."
+            )
+        return [layer.forward_layer, layer.backward_layer]
+    return [layer]
+
+
+def _stacked(mode: str, kernel: np.ndarray) -> np.ndarray:
+    """Keras ``[in, G*H]`` (Keras gate order) -> cuDNN-ordered rows ``[G*H, in]``."""
+    return np.asarray(permute_gates(kernel.T, _KERAS[mode], _CUDNN[mode]))
+
+
+def from_keras(layers: Any) -> _CudnnRNN:
+    """Our layer computing what a (stack of) built Keras RNN layer(s) computes.
+
+    ``layers``: one Keras ``LSTM``/``GRU(reset_after=True)``/``SimpleRNN``, a ``Bidirectional``
+    wrapper of one, or a list of them stacked (each feeding the next).
+    """
+    keras = _keras()
+    stack = list(layers) if isinstance(layers, (list, tuple)) else [layers]
+    if not stack:
+        raise ValueError("from_keras: no layers given.")
+    dirs = [_directions(keras, layer) for layer in stack]
+    cells = [d for per_layer in dirs for d in per_layer]
+    modes = {_mode_of(keras, d, i == 1) for per_layer in dirs for i, d in enumerate(per_layer)}
+    if len(modes) != 1 or len({len(d) for d in dirs}) != 1:
+        raise ValueError(
+            "from_keras: stacked layers must share one type and one direction, got "
+            f"{sorted(modes)} with {[len(d) for d in dirs]} direction(s)."
+        )
+    mode = modes.pop()
+    if any(not d.built for d in cells):
+        raise ValueError("from_keras: build the Keras layers first (call them once on data).")
+    units = {int(d.units) for d in cells}
+    if len(units) != 1:
+        raise ValueError(f"from_keras: stacked layers must have equal units, got {sorted(units)}.")
+    h, num_dirs = units.pop(), len(dirs[0])
+    weights = [[_keras_weights(d, mode, h) for d in per_layer] for per_layer in dirs]
+    input_size = int(weights[0][0]["kernel"].shape[1])
+    for i, per_layer in enumerate(weights[1:], start=1):
+        width = int(per_layer[0]["kernel"].shape[1])
+        if width != num_dirs * h:
+            raise ValueError(
+                f"from_keras: layer {i} takes {width} inputs but layer {i - 1} "
+                f"gives {num_dirs * h}."
+            )
+    dtype = {np.dtype(np.float64): torch.float64, np.dtype(np.float16): torch.float16}.get(
+        weights[0][0]["kernel"].dtype, torch.float32
+    )
+    ours = _LAYER_CLASSES[mode](
+        len(stack),
+        h,
+        direction="bidirectional" if num_dirs == 2 else "unidirectional",
+        input_size=input_size,
+        dtype=dtype,
+    )
+    layout = layout_of(ours.spec)
+    canonical = [
+        _block(weights[p.layer][p.direction], p.kind, _CUDNN[mode].index(p.gate or ""), h)
+        for p in layout.weights + layout.biases
+    ]
+    n = len(layout.weights)
+    assert ours._op is not None
+    with torch.no_grad():
+        ours.opaque_kernel.copy_(ours._op.canonical_to_params(canonical[:n], canonical[n:]))
+    return ours
+
+
+def _keras_weights(layer: Any, mode: str, units: int) -> dict[str, np.ndarray]:
+    """One direction's weights, cuDNN-ordered and stacked: kernel, recurrent, b_in, b_rec."""
+    cell = getattr(layer, "cell", layer)
+    values = {v.path.rsplit("/", 1)[-1]: np.asarray(v.numpy()) for v in cell.weights}
+    g = len(_CUDNN[mode])
+    bias = values.get("bias")
+    if bias is None:
+        b_in = b_rec = np.zeros(g * units, values["kernel"].dtype)
+    elif mode == CUDNN_GRU:  # reset_after: [input biases; recurrent biases]
+        b_in, b_rec = bias[0], bias[1]
+    else:
+        b_in, b_rec = bias, np.zeros_like(bias)
+    return {
+        "kernel": _stacked(mode, values["kernel"]),
+        "recurrent": _stacked(mode, values["recurrent_kernel"]),
+        "b_in": np.asarray(permute_gates(b_in, _KERAS[mode], _CUDNN[mode])),
+        "b_rec": np.asarray(permute_gates(b_rec, _KERAS[mode], _CUDNN[mode])),
+    }
+
+
+def _block(w: dict[str, np.ndarray], kind: str, gate: int, h: int) -> np.ndarray:
+    key = {INPUT: "kernel", RECURRENT: "recurrent", INPUT_BIAS: "b_in", RECURRENT_BIAS: "b_rec"}[
+        kind
+    ]
+    return w[key][gate * h : (gate + 1) * h]
+
+
+def to_keras(layer: _CudnnRNN) -> list[Any]:
+    """Keras layers (one per layer; ``Bidirectional`` when bidirectional) with our weights set.
+
+    Each returns sequences; stack them (e.g. in ``keras.Sequential``) and feed batch-major input.
+    Summed biases: LSTM and SimpleRNN get ``bW + bR`` (same outputs); GRU keeps both exactly.
+    """
+    keras = _keras()
+    spec = layer.spec
+    if spec.num_proj is not None:
+        raise ValueError(
+            "to_keras: Keras layers have no LSTM projection (num_proj); a model "
+            "with num_proj cannot be expressed in Keras."
+        )
+    assert layer._op is not None
+    w, b = layer._op.params_to_canonical(layer.opaque_kernel.detach())
+    layout = layout_of(spec)
+    mode, h = spec.mode, spec.num_units
+    dtype = "float64" if layer.dtype == torch.float64 else "float32"
+    out = []
+    for index in range(spec.num_layers):
+        made = []
+        for d in range(spec.num_dirs):
+
+            def stacked(
+                kind: str, table: Any, values: list[torch.Tensor], li: int = index, di: int = d
+            ) -> np.ndarray:
+                parts = [
+                    values[p.index].double().cpu().numpy()
+                    for p in table
+                    if p.layer == li and p.direction == di and p.kind == kind
+                ]
+                return np.asarray(permute_gates(np.concatenate(parts), _CUDNN[mode], _KERAS[mode]))
+
+            kernel = stacked(INPUT, layout.weights, w).T
+            recurrent = stacked(RECURRENT, layout.weights, w).T
+            b_in = stacked(INPUT_BIAS, layout.biases, b)
+            b_rec = stacked(RECURRENT_BIAS, layout.biases, b)
+            bias = np.stack([b_in, b_rec]) if mode == CUDNN_GRU else b_in + b_rec
+            cls = {CUDNN_LSTM: keras.layers.LSTM, CUDNN_GRU: keras.layers.GRU}.get(mode)
+            kwargs: dict[str, Any] = dict(return_sequences=True, dtype=dtype)
+            if cls is None:
+                cls = keras.layers.SimpleRNN
+                kwargs["activation"] = "tanh" if mode == CUDNN_RNN_TANH else "relu"
+            if mode == CUDNN_GRU:
+                kwargs["reset_after"] = True
+            if d == 1:
+                kwargs["go_backwards"] = True
+            rnn = cls(h, **kwargs)
+            rnn.build((None, None, kernel.shape[0]))
+            rnn.set_weights([kernel.astype(dtype), recurrent.astype(dtype), bias.astype(dtype)])
+            made.append(rnn)
+        if spec.num_dirs == 2:
+            wrapper = keras.layers.Bidirectional(made[0], backward_layer=made[1])
+            wrapper.build((None, None, spec.layer_input_size(index)))
+            wrapper.forward_layer.set_weights(made[0].get_weights())
+            wrapper.backward_layer.set_weights(made[1].get_weights())
+            out.append(wrapper)
+        else:
+            out.append(made[0])
+    return out
