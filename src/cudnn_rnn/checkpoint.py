@@ -6,6 +6,11 @@ layer restores into compatible cells and back. ``restore(path, objects)`` checks
 against what the objects expect and reports every missing, unexpected or misshapen tensor in one
 error before it changes anything. The file format is specified in ``docs/checkpoint_format.md``.
 
+TF1 checkpoints (``PREFIX.index`` + ``PREFIX.data-*``, TensorFlow not needed) are read by
+``restore(PREFIX, objects)`` and written by ``save(PREFIX, objects, format="tf")``. TF's saver
+also stores the opaque kernel, ``global_step`` and optimizer slots; restoring from a TF1 file
+therefore ignores tensors nobody asked for unless ``strict=True``.
+
 Objects are layers, saveables, cell containers (``MultiRNNCell``, ``BidirectionalStack``), or any
 ``nn.Module`` that contains them (its checkpointable submodules are used, outermost first).
 
@@ -28,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
@@ -40,6 +46,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "describe",
+    "is_tf_checkpoint",
     "load_file",
     "restore",
     "save",
@@ -86,8 +93,14 @@ def _kinds(items: Iterable[Any]) -> str:
     return ", ".join(type(i).__name__ for i in items) or "nothing"
 
 
-def save(path: str | os.PathLike[str], objects: Any) -> None:
-    """Write the canonical tensors of ``objects`` to ``path`` (safetensors), atomically."""
+def save(path: str | os.PathLike[str], objects: Any, *, format: str = "safetensors") -> None:
+    """Write the canonical tensors of ``objects`` to ``path``, atomically.
+
+    ``format="safetensors"`` (default) writes one file with metadata; ``format="tf"`` writes a
+    TF1 bundle ``PREFIX.index`` + ``PREFIX.data-00000-of-00001`` that TensorFlow reads.
+    """
+    if format not in ("safetensors", "tf"):
+        raise ValueError(f"checkpoint: format must be 'safetensors' or 'tf', got {format!r}.")
     found = checkpointables(objects)
     tensors: dict[str, Tensor] = {}
     for obj in found:
@@ -98,6 +111,9 @@ def save(path: str | os.PathLike[str], objects: Any) -> None:
                     "saveables different scopes."
                 )
             tensors[name] = tensor.detach().to("cpu").contiguous()
+    if format == "tf":
+        _save_tf(path, tensors)
+        return
     metadata = {
         "format": FORMAT,
         "format_version": str(FORMAT_VERSION),
@@ -120,6 +136,34 @@ def _atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _save_tf(prefix: str | os.PathLike[str], tensors: dict[str, Tensor]) -> None:
+    from cudnn_rnn.formats import tf1_bundle
+
+    # NumPy has no bfloat16: such tensors travel as float32 (exact) and are marked for the writer.
+    bf16 = [name for name, t in tensors.items() if t.dtype == torch.bfloat16]
+    arrays = {name: (t.float() if name in bf16 else t).numpy() for name, t in tensors.items()}
+    tf1_bundle.write_bundle(str(prefix), arrays, bfloat16=bf16)
+
+
+def is_tf_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a TF1 bundle (its prefix, or its ``.index`` file)."""
+    text = str(path)
+    return text.endswith(".index") or Path(text + ".index").is_file()
+
+
+def _load_tf(path: str | os.PathLike[str], wanted: Iterable[str]) -> dict[str, Tensor]:
+    from cudnn_rnn.formats import tf1_bundle
+
+    prefix = tf1_bundle.bundle_prefix(str(path))
+    index = tf1_bundle.read_bundle_index(prefix)
+    names = [n for n in wanted if n in index]
+    arrays = tf1_bundle.read_bundle(prefix, names=names)
+    shapes = {n: e.shape for n, e in index.items()}
+    out = {n: torch.from_numpy(a) for n, a in arrays.items()}
+    # Tensors not read still count for the report (their shapes come from the index).
+    return {**{n: torch.empty(shapes[n], device="meta") for n in index if n not in out}, **out}
 
 
 def load_file(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor], dict[str, str]]:
@@ -146,17 +190,22 @@ def load_file(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor], dict[str
     return tensors, metadata
 
 
-def restore(path: str | os.PathLike[str], objects: Any, *, strict: bool = True) -> None:
-    """Load ``path`` into ``objects`` in place; all-or-nothing.
+def restore(path: str | os.PathLike[str], objects: Any, *, strict: bool | None = None) -> None:
+    """Load ``path`` (safetensors file or TF1 prefix) into ``objects`` in place; all-or-nothing.
 
-    Every expected name must be in the file with a matching shape; with ``strict`` (default) the
-    file may hold no other tensors. Values are cast to each object's dtype.
+    Every expected name must be in the file with a matching shape. With ``strict`` the file may
+    hold no other tensors; the default is strict for our files and not for TF1 checkpoints, whose
+    saver also stores the opaque kernel, ``global_step`` and optimizer slots. Values are cast to
+    each object's dtype.
     """
     found = checkpointables(objects)
-    tensors, _ = load_file(path)
     expected: dict[str, Shape] = {}
     for obj in found:
         expected.update(obj.checkpoint_shapes())
+    tf = is_tf_checkpoint(path)
+    tensors = _load_tf(path, expected) if tf else load_file(path)[0]
+    if strict is None:
+        strict = not tf
     problems = [
         f"missing tensor {name!r} (expected shape {_shape(shape)})"
         for name, shape in expected.items()
