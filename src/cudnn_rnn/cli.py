@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from cudnn_rnn import checkpoint, convert
-from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
+from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 
 _NAME = re.compile(
     r"^(?:(?P<scope>.+)/)?(?P<stack>rnn/multi_rnn_cell|stack_bidirectional_rnn)/cell_(?P<layer>\d+)/"
@@ -32,12 +32,6 @@ _CELL_MODES = {
     "cudnn_compatible_lstm_cell": "lstm",
     "cudnn_compatible_gru_cell": "gru",
     "basic_rnn_cell": "rnn_tanh",
-}
-_LAYERS: dict[str, type[_CudnnRNN]] = {
-    "lstm": CudnnLSTM,
-    "gru": CudnnGRU,
-    "rnn_tanh": CudnnRNNTanh,
-    "rnn_relu": CudnnRNNRelu,
 }
 _TORCH_SUFFIXES = (".pt", ".pth")
 
@@ -151,7 +145,7 @@ def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
             )
         mode = f"rnn_{activation}"
     kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
-    layer = _LAYERS[mode](
+    layer = LAYER_CLASSES[mode](
         config["num_layers"],
         config["num_units"],
         direction=config["direction"],

@@ -44,7 +44,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
 
-__all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+__all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 
 Initializer = Callable[[tuple[int, ...]], Any]
 
@@ -573,3 +573,12 @@ class CudnnRNNRelu(_CudnnRNNNoInputC):
     _rnn_mode = CUDNN_RNN_RELU
     _op_cls = ops.CudnnRNNRelu
     _saveable_cls_name = "CudnnRNNReluSaveable"
+
+
+#: Our mode -> our layer class.
+LAYER_CLASSES: dict[str, type[_CudnnRNN]] = {
+    CUDNN_LSTM: CudnnLSTM,
+    CUDNN_GRU: CudnnGRU,
+    CUDNN_RNN_TANH: CudnnRNNTanh,
+    CUDNN_RNN_RELU: CudnnRNNRelu,
+}

@@ -20,21 +20,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
-from cudnn_rnn.core.gates import GATE_ORDERS, permute_gates
-from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS, layout_of
-from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
+from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.formats.canonical import (
+    BlockKey,
+    layer_canonical,
+    layer_from_canonical,
+    stack_gates,
+    unstack_gates,
+)
+from cudnn_rnn.layers import _CudnnRNN
 
 __all__ = ["from_keras", "to_keras"]
-
-_LAYER_CLASSES: dict[str, type[_CudnnRNN]] = {
-    CUDNN_LSTM: CudnnLSTM,
-    CUDNN_GRU: CudnnGRU,
-    CUDNN_RNN_TANH: CudnnRNNTanh,
-    CUDNN_RNN_RELU: CudnnRNNRelu,
-}
-_CUDNN, _KERAS = GATE_ORDERS["cudnn"], GATE_ORDERS["keras"]
 
 
 def _keras() -> Any:
@@ -97,11 +97,6 @@ def _directions(keras: Any, layer: Any) -> list[Any]:
     return [layer]
 
 
-def _stacked(mode: str, kernel: np.ndarray) -> np.ndarray:
-    """Keras ``[in, G*H]`` (Keras gate order) -> cuDNN-ordered rows ``[G*H, in]``."""
-    return np.asarray(permute_gates(kernel.T, _KERAS[mode], _CUDNN[mode]))
-
-
 def from_keras(layers: Any) -> _CudnnRNN:
     """Our layer computing what a (stack of) built Keras RNN layer(s) computes.
 
@@ -113,7 +108,6 @@ def from_keras(layers: Any) -> _CudnnRNN:
     if not stack:
         raise ValueError("from_keras: no layers given.")
     dirs = [_directions(keras, layer) for layer in stack]
-    cells = [d for per_layer in dirs for d in per_layer]
     modes = {_mode_of(keras, d, i == 1) for per_layer in dirs for i, d in enumerate(per_layer)}
     if len(modes) != 1 or len({len(d) for d in dirs}) != 1:
         raise ValueError(
@@ -121,68 +115,64 @@ def from_keras(layers: Any) -> _CudnnRNN:
             f"{sorted(modes)} with {[len(d) for d in dirs]} direction(s)."
         )
     mode = modes.pop()
+    cells = [d for per_layer in dirs for d in per_layer]
     if any(not d.built for d in cells):
         raise ValueError("from_keras: build the Keras layers first (call them once on data).")
     units = {int(d.units) for d in cells}
     if len(units) != 1:
         raise ValueError(f"from_keras: stacked layers must have equal units, got {sorted(units)}.")
     h, num_dirs = units.pop(), len(dirs[0])
-    weights = [[_keras_weights(d, mode, h) for d in per_layer] for per_layer in dirs]
-    input_size = int(weights[0][0]["kernel"].shape[1])
-    for i, per_layer in enumerate(weights[1:], start=1):
-        width = int(per_layer[0]["kernel"].shape[1])
+    blocks: dict[BlockKey, Tensor] = {
+        (index, d, kind): value
+        for index, per_layer in enumerate(dirs)
+        for d, direction in enumerate(per_layer)
+        for kind, value in _keras_blocks(direction, mode).items()
+    }
+    for index in range(1, len(stack)):
+        width = int(blocks[(index, 0, INPUT)].shape[1])
         if width != num_dirs * h:
             raise ValueError(
-                f"from_keras: layer {i} takes {width} inputs but layer {i - 1} "
-                f"gives {num_dirs * h}."
+                f"from_keras: layer {index} takes {width} inputs but layer {index - 1} gives "
+                f"{num_dirs * h}."
             )
-    dtype = {np.dtype(np.float64): torch.float64, np.dtype(np.float16): torch.float16}.get(
-        weights[0][0]["kernel"].dtype, torch.float32
-    )
-    ours = _LAYER_CLASSES[mode](
+    spec = RNNSpec(
+        mode,
         len(stack),
         h,
+        int(blocks[(0, 0, INPUT)].shape[1]),
         direction="bidirectional" if num_dirs == 2 else "unidirectional",
-        input_size=input_size,
-        dtype=dtype,
     )
-    layout = layout_of(ours.spec)
-    canonical = [
-        _block(weights[p.layer][p.direction], p.kind, _CUDNN[mode].index(p.gate or ""), h)
-        for p in layout.weights + layout.biases
-    ]
-    n = len(layout.weights)
-    assert ours._op is not None
-    with torch.no_grad():
-        ours.opaque_kernel.copy_(ours._op.canonical_to_params(canonical[:n], canonical[n:]))
-    return ours
+    weights, biases = unstack_gates(spec, blocks, "keras")
+    dtype = blocks[(0, 0, INPUT)].dtype
+    return layer_from_canonical(
+        spec,
+        weights,
+        biases,
+        owner="from_keras",
+        device=torch.device("cpu"),
+        dtype=dtype if dtype in (torch.float16, torch.float64) else torch.float32,
+    )
 
 
-def _keras_weights(layer: Any, mode: str, units: int) -> dict[str, np.ndarray]:
-    """One direction's weights, cuDNN-ordered and stacked: kernel, recurrent, b_in, b_rec."""
+def _keras_blocks(layer: Any, mode: str) -> dict[str, Tensor]:
+    """One direction's stacked blocks, Keras gate order, oriented ``[G*H, ...]`` like ours."""
     cell = getattr(layer, "cell", layer)
     values = {v.path.rsplit("/", 1)[-1]: np.asarray(v.numpy()) for v in cell.weights}
-    g = len(_CUDNN[mode])
+    kernel = values["kernel"]
     bias = values.get("bias")
     if bias is None:
-        b_in = b_rec = np.zeros(g * units, values["kernel"].dtype)
+        b_in = b_rec = np.zeros(kernel.shape[1], kernel.dtype)
     elif mode == CUDNN_GRU:  # reset_after: [input biases; recurrent biases]
         b_in, b_rec = bias[0], bias[1]
     else:
         b_in, b_rec = bias, np.zeros_like(bias)
-    return {
-        "kernel": _stacked(mode, values["kernel"]),
-        "recurrent": _stacked(mode, values["recurrent_kernel"]),
-        "b_in": np.asarray(permute_gates(b_in, _KERAS[mode], _CUDNN[mode])),
-        "b_rec": np.asarray(permute_gates(b_rec, _KERAS[mode], _CUDNN[mode])),
+    arrays = {
+        INPUT: kernel.T,
+        RECURRENT: values["recurrent_kernel"].T,
+        INPUT_BIAS: b_in,
+        RECURRENT_BIAS: b_rec,
     }
-
-
-def _block(w: dict[str, np.ndarray], kind: str, gate: int, h: int) -> np.ndarray:
-    key = {INPUT: "kernel", RECURRENT: "recurrent", INPUT_BIAS: "b_in", RECURRENT_BIAS: "b_rec"}[
-        kind
-    ]
-    return w[key][gate * h : (gate + 1) * h]
+    return {kind: torch.from_numpy(np.ascontiguousarray(a)) for kind, a in arrays.items()}
 
 
 def to_keras(layer: _CudnnRNN) -> list[Any]:
@@ -192,49 +182,35 @@ def to_keras(layer: _CudnnRNN) -> list[Any]:
     Summed biases: LSTM and SimpleRNN get ``bW + bR`` (same outputs); GRU keeps both exactly.
     """
     keras = _keras()
-    spec = layer.spec
+    spec, weights, biases = layer_canonical(layer, "to_keras")
     if spec.num_proj is not None:
         raise ValueError(
-            "to_keras: Keras layers have no LSTM projection (num_proj); a model "
-            "with num_proj cannot be expressed in Keras."
+            "to_keras: Keras layers have no LSTM projection (num_proj); a model with num_proj "
+            "cannot be expressed in Keras."
         )
-    assert layer._op is not None
-    w, b = layer._op.params_to_canonical(layer.opaque_kernel.detach())
-    layout = layout_of(spec)
+    blocks = stack_gates(spec, weights, biases, "keras")
     mode, h = spec.mode, spec.num_units
     dtype = "float64" if layer.dtype == torch.float64 else "float32"
     out = []
     for index in range(spec.num_layers):
         made = []
         for d in range(spec.num_dirs):
-
-            def stacked(
-                kind: str, table: Any, values: list[torch.Tensor], li: int = index, di: int = d
-            ) -> np.ndarray:
-                parts = [
-                    values[p.index].double().cpu().numpy()
-                    for p in table
-                    if p.layer == li and p.direction == di and p.kind == kind
-                ]
-                return np.asarray(permute_gates(np.concatenate(parts), _CUDNN[mode], _KERAS[mode]))
-
-            kernel = stacked(INPUT, layout.weights, w).T
-            recurrent = stacked(RECURRENT, layout.weights, w).T
-            b_in = stacked(INPUT_BIAS, layout.biases, b)
-            b_rec = stacked(RECURRENT_BIAS, layout.biases, b)
+            kernel, recurrent, b_in, b_rec = (
+                blocks[(index, d, kind)].double().cpu().numpy()
+                for kind in (INPUT, RECURRENT, INPUT_BIAS, RECURRENT_BIAS)
+            )
             bias = np.stack([b_in, b_rec]) if mode == CUDNN_GRU else b_in + b_rec
-            cls = {CUDNN_LSTM: keras.layers.LSTM, CUDNN_GRU: keras.layers.GRU}.get(mode)
-            kwargs: dict[str, Any] = dict(return_sequences=True, dtype=dtype)
-            if cls is None:
+            kwargs: dict[str, Any] = dict(return_sequences=True, dtype=dtype, go_backwards=d == 1)
+            if mode == CUDNN_LSTM:
+                cls = keras.layers.LSTM
+            elif mode == CUDNN_GRU:
+                cls, kwargs["reset_after"] = keras.layers.GRU, True
+            else:
                 cls = keras.layers.SimpleRNN
                 kwargs["activation"] = "tanh" if mode == CUDNN_RNN_TANH else "relu"
-            if mode == CUDNN_GRU:
-                kwargs["reset_after"] = True
-            if d == 1:
-                kwargs["go_backwards"] = True
             rnn = cls(h, **kwargs)
-            rnn.build((None, None, kernel.shape[0]))
-            rnn.set_weights([kernel.astype(dtype), recurrent.astype(dtype), bias.astype(dtype)])
+            rnn.build((None, None, kernel.shape[1]))
+            rnn.set_weights([a.astype(dtype) for a in (kernel.T, recurrent.T, bias)])
             made.append(rnn)
         if spec.num_dirs == 2:
             wrapper = keras.layers.Bidirectional(made[0], backward_layer=made[1])

@@ -70,7 +70,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode, check_int
-from cudnn_rnn.formats.torch_nn import (
+from cudnn_rnn.formats.canonical import (
     BlockKey,
     layer_canonical,
     layer_from_canonical,

@@ -42,7 +42,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,6 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_TANH,
     CUDNN_RNN_UNIDIRECTION,
 )
-from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
 from cudnn_rnn.core.layout import (
     INPUT,
     INPUT_BIAS,
@@ -68,7 +67,14 @@ from cudnn_rnn.core.layout import (
     layout_of,
 )
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
-from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
+from cudnn_rnn.formats.canonical import (
+    BlockKey,
+    layer_canonical,
+    layer_from_canonical,
+    stack_gates,
+    unstack_gates,
+)
+from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 
 __all__ = [
     "LAYER_CLASSES",
@@ -82,9 +88,6 @@ __all__ = [
     "to_torch",
     "unstack_gates",
 ]
-
-#: (layer, direction, kind): one stacked block of a pseudo-layer, as the layout table tags it.
-BlockKey = tuple[int, int, str]
 
 
 @dataclass(frozen=True)
@@ -105,14 +108,6 @@ TORCH_MODES: dict[str, TorchMode] = {
 }
 _MODE_OF_TORCH = {m.torch_mode: mode for mode, m in TORCH_MODES.items()}
 
-#: Our mode -> our layer class.
-LAYER_CLASSES: dict[str, type[_CudnnRNN]] = {
-    CUDNN_LSTM: CudnnLSTM,
-    CUDNN_GRU: CudnnGRU,
-    CUDNN_RNN_TANH: CudnnRNNTanh,
-    CUDNN_RNN_RELU: CudnnRNNRelu,
-}
-
 #: Layout kind -> the torch.nn parameter name stem.
 TORCH_NAMES: dict[str, str] = {
     INPUT: "weight_ih",
@@ -121,103 +116,6 @@ TORCH_NAMES: dict[str, str] = {
     INPUT_BIAS: "bias_ih",
     RECURRENT_BIAS: "bias_hh",
 }
-
-
-# -- canonical <-> stacked blocks: shared by the converters of this package ----------------------
-
-
-def layer_canonical(layer: _CudnnRNN, owner: str) -> tuple[RNNSpec, list[Tensor], list[Tensor]]:
-    """``(spec, weights, biases)`` of a built layer: canonical views, detached (identity where
-    skip_input stores none)."""
-    if not isinstance(layer, _CudnnRNN):
-        raise TypeError(
-            f"{owner}: expected a CudnnLSTM, CudnnGRU, CudnnRNNTanh or CudnnRNNRelu layer, got "
-            f"{type(layer).__name__}."
-        )
-    if not layer.built:
-        raise RuntimeError(
-            f"{owner}: {type(layer).__name__} is not built yet, so its input size is unknown; "
-            "call it once, call build(input_shape) or pass input_size."
-        )
-    spec = layer.spec
-    weights, biases = layout_of(spec).unpack(layer.opaque_kernel.detach())
-    return spec, weights, biases
-
-
-def stack_gates(
-    spec: RNNSpec, weights: Sequence[Tensor], biases: Sequence[Tensor], order: str
-) -> dict[BlockKey, Tensor]:
-    """Canonical tensors grouped by (layer, direction, kind), gate blocks stacked along dim 0
-    in framework ``order`` (a key of ``GATE_ORDERS``); the projection is a single block."""
-    gates = CUDNN_GATES[spec.mode]
-    groups: dict[BlockKey, list[tuple[int, Tensor]]] = {}
-    layout = layout_of(spec)
-    for p, t in zip(layout.weights + layout.biases, [*weights, *biases]):
-        rank = 0 if p.gate is None else gates.index(p.gate)
-        groups.setdefault((p.layer, p.direction, p.kind), []).append((rank, t))
-    out = {}
-    for key, parts in groups.items():
-        stacked = torch.cat([t for _, t in sorted(parts, key=lambda part: part[0])])
-        out[key] = (
-            stacked
-            if key[2] == PROJECTION
-            else permute_gates(stacked, gates, GATE_ORDERS[order][spec.mode])
-        )
-    return out
-
-
-def unstack_gates(
-    spec: RNNSpec, blocks: Mapping[BlockKey, Tensor], order: str
-) -> tuple[list[Tensor], list[Tensor]]:
-    """The inverse of :func:`stack_gates`: canonical ``(weights, biases)`` of stacked blocks."""
-    gates = CUDNN_GATES[spec.mode]
-    layout = layout_of(spec)
-
-    def canonical(key: BlockKey, gate: str | None) -> Tensor:
-        stacked = blocks[key]
-        if gate is None:
-            return stacked
-        ours = permute_gates(stacked, GATE_ORDERS[order][spec.mode], gates)
-        return ours.chunk(len(gates))[gates.index(gate)]
-
-    def of(params: Sequence[Any]) -> list[Tensor]:
-        return [canonical((p.layer, p.direction, p.kind), p.gate) for p in params]
-
-    return of(layout.weights), of(layout.biases)
-
-
-def layer_from_canonical(
-    spec: RNNSpec,
-    weights: Sequence[Tensor],
-    biases: Sequence[Tensor],
-    *,
-    dtype: torch.dtype,
-    device: torch.device,
-    owner: str,
-) -> _CudnnRNN:
-    """A built layer of ``spec`` (dropout included) holding the canonical ``(weights, biases)``."""
-    cls = LAYER_CLASSES[spec.mode]
-    extra: dict[str, Any] = {"num_proj": spec.num_proj} if spec.num_proj is not None else {}
-    layer = cls(
-        spec.num_layers,
-        spec.num_units,
-        input_mode=spec.input_mode,
-        direction=spec.direction,
-        dropout=spec.dropout,
-        dtype=dtype,
-        # Zeros, not a random draw: every value is overwritten below, and the global RNG is
-        # left alone.
-        kernel_initializer=lambda shape: torch.zeros(shape, dtype=dtype),
-        input_size=spec.input_size,
-        device=device,
-        **extra,
-    )
-    flat = layout_of(layer.spec).pack(
-        [w.to(device, dtype) for w in weights], [b.to(device, dtype) for b in biases], owner=owner
-    )
-    with torch.no_grad():
-        layer.opaque_kernel.copy_(flat)
-    return layer
 
 
 def _torch_name(key: BlockKey) -> str:
