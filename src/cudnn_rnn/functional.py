@@ -146,39 +146,86 @@ def rnn_forward(
         assert c0 is not None
         weights, c0 = _add_dead_unit(weights, c0, spec.num_gates, spec.num_units)
 
-    data, batch_sizes, order = x, None, None
-    if lengths is not None and int(lengths.min()) < steps:
-        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
-        data, batch_sizes = packed.data, packed.batch_sizes
-        order = (_indices(packed.sorted_indices), _indices(packed.unsorted_indices))
-        h0 = h0.index_select(1, order[0])
-        c0 = c0.index_select(1, order[0]) if c0 is not None else None
-
     dropout = spec.dropout if training and spec.num_layers > 1 else 0.0
+
+    def body(
+        data: Tensor, batch_sizes: Tensor | None, h: Tensor, c: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        return _stack(
+            spec, weights, data, batch_sizes, h, c, dropout, (steps, x.shape[1]), lengths, generator
+        )
+
     with _quiet_known_warnings(
         spec, x.device, copies=padded_cell or spec.skip_input or bool(dropout)
     ):
-        y, h_n, c_n = _stack(
-            spec,
-            weights,
-            data,
-            batch_sizes,
-            h0,
-            c0,
-            dropout,
-            (steps, x.shape[1]),
-            lengths,
-            generator,
-        )
-    if order is not None:
-        y = pad_packed_sequence(PackedSequence(y, batch_sizes, *order), total_length=steps)[0]
-        h_n = h_n.index_select(1, order[1])
-        c_n = c_n.index_select(1, order[1]) if c_n is not None else None
+        y, h_n, c_n = run_packed(x, h0, c0, lengths, body)
     if padded_cell and c_n is not None:
         c_n = c_n[..., : spec.num_units]
     if not time_major:
         y = y.transpose(0, 1)
     return y, h_n, c_n
+
+
+#: ``body(data, batch_sizes, h0, c0) -> (outputs, h_n, c_n)`` for :func:`run_packed`.
+Body = Callable[
+    [Tensor, Tensor | None, Tensor, Tensor | None], tuple[Tensor, Tensor, Tensor | None]
+]
+
+
+def run_packed(
+    x: Tensor, h0: Tensor, c0: Tensor | None, lengths: Tensor | None, body: Body
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Run ``body(data, batch_sizes, h0, c0)`` on time-major ``x``, packed when a length < T.
+
+    With packing, ``body`` sees the packed data, its batch sizes and the states in the packed
+    (sorted) batch order; its outputs are padded back (exact zeros past each length) and the
+    final states returned in the caller's batch order.
+    """
+    steps = x.shape[0]
+    if lengths is None or int(lengths.min()) >= steps:
+        return body(x, None, h0, c0)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    order = (_indices(packed.sorted_indices), _indices(packed.unsorted_indices))
+    y, h_n, c_n = body(
+        packed.data,
+        packed.batch_sizes,
+        h0.index_select(1, order[0]),
+        c0.index_select(1, order[0]) if c0 is not None else None,
+    )
+    y = pad_packed_sequence(PackedSequence(y, packed.batch_sizes, *order), total_length=steps)[0]
+    return (
+        y,
+        h_n.index_select(1, order[1]),
+        (c_n.index_select(1, order[1]) if c_n is not None else None),
+    )
+
+
+def run_kernel(
+    mode: str,
+    weights: Sequence[Tensor],
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    *,
+    num_layers: int,
+    bidirectional: bool,
+    lengths: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """torch's fused kernel for ``mode`` over time-major ``x`` with weights in torch's format.
+
+    ``weights``: per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh]`` (cuDNN's gate order); ``h0``/``c0``
+    ``[L*D, B, H]``; ``lengths`` a CPU int64 tensor ``[B]`` or None (cuDNN's padded semantics).
+    No dropout, no projection. Returns ``(outputs [T, B, D*H], h_n, c_n or None)``.
+    """
+    return run_packed(
+        x,
+        h0,
+        c0,
+        lengths,
+        lambda data, batch_sizes, h, c: _run(
+            mode, data, batch_sizes, h, c, weights, num_layers, bidirectional
+        ),
+    )
 
 
 def _stack(
