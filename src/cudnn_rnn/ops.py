@@ -44,6 +44,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties
 from cudnn_rnn.functional import rnn_forward
+from cudnn_rnn.inference import SessionCache
 
 __all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 
@@ -142,6 +143,7 @@ class _CudnnRNN(SpecProperties):
         # None draws a fresh seed from the OS, never from (or into) torch's global RNG.
         self._seed = secrets.randbits(63) if seed is None else seed
         self._generators: dict[torch.device, torch.Generator] = {}
+        self._sessions = SessionCache(self._layout)
 
     def _retyped(self, dtype: torch.dtype, owner: str) -> Self:
         """A copy computing in ``dtype`` that names ``owner`` in errors and shares the dropout
@@ -269,6 +271,12 @@ class _CudnnRNN(SpecProperties):
             self._check_state_shape("input_c", c, (spec.num_states, batch, spec.num_units))
         self._check_params(params, x.device)
         lengths = self._check_lengths(sequence_lengths, steps, batch)
+        dropout = is_training and spec.dropout > 0.0 and spec.num_layers > 1
+        states = (h,) if c is None else (h, c)
+        if self._sessions.applies(params, x, dropout=dropout, states=states):
+            fast = self._sessions.run(params, x, h, c, lengths, time_major)
+            if fast is not None:
+                return fast
         return rnn_forward(
             self._layout,
             params,

@@ -79,7 +79,7 @@ from cudnn_rnn.formats.canonical import (
 )
 from cudnn_rnn.layers import _CudnnRNN
 
-__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "ONNX_OPS", "from_onnx", "to_onnx"]
+__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "ONNX_OPS", "from_onnx", "model_proto", "to_onnx"]
 
 DEFAULT_OPSET = 17
 #: Slice/Squeeze/Unsqueeze take their axes as inputs from opset 13 on.
@@ -181,6 +181,44 @@ def to_onnx(
     owner = "to_onnx"
     spec, weights, biases = layer_canonical(layer, owner)
     onnx = _onnx()
+    model = model_proto(
+        spec,
+        weights,
+        biases,
+        layer.opaque_kernel.dtype,
+        opset=opset,
+        sequence_lens=sequence_lens,
+        initial_state=initial_state,
+        owner=owner,
+        name=type(layer).__name__,
+        doc=(
+            f"{type(layer).__name__}: {spec.num_layers} layer(s), num_units={spec.num_units}, "
+            f"input_size={spec.input_size}, {spec.direction}, input_mode={layer.input_mode}"
+        ),
+    )
+    onnx.helper.set_model_props(model, {_META_INPUT_MODE: layer.input_mode})
+    _save_atomically(onnx, model, os.fspath(path))
+
+
+def model_proto(
+    spec: RNNSpec,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    dtype: torch.dtype,
+    *,
+    opset: int = DEFAULT_OPSET,
+    sequence_lens: bool = True,
+    initial_state: bool = True,
+    owner: str = "model_proto",
+    name: str = "the layer",
+    doc: str = "",
+) -> Any:
+    """The in-memory ONNX ``ModelProto`` of :func:`to_onnx` for canonical ``(weights, biases)``.
+
+    Raises ValueError for LSTM projection, an opset out of range or a dtype the operator of that
+    opset does not take (messages name ``owner``).
+    """
+    onnx = _onnx()
     helper = onnx.helper
     latest = onnx.defs.onnx_opset_version()
     opset = check_int(owner, "opset", opset, MIN_OPSET)
@@ -191,12 +229,11 @@ def to_onnx(
         )
     if spec.num_proj is not None:
         raise ValueError(
-            f"{owner}: {type(layer).__name__} has num_proj={spec.num_proj}, but ONNX's LSTM "
+            f"{owner}: {name} has num_proj={spec.num_proj}, but ONNX's LSTM "
             "operator has no projection and no standard operator computes it; export a layer "
             "without num_proj, or use to_torch (torch.nn.LSTM has proj_size)."
         )
     op = ONNX_OPS[spec.mode]
-    dtype = layer.opaque_kernel.dtype
     elem_name, type_str = _ONNX_DTYPES[dtype]
     schema = onnx.defs.get_schema(op.op_type, opset)
     allowed = next(c.allowed_type_strs for c in schema.type_constraints if c.type_param_str == "T")
@@ -213,19 +250,14 @@ def to_onnx(
         sequence_lens=sequence_lens,
         initial_state=initial_state,
     )
-    graph.doc_string = (
-        f"{type(layer).__name__}: {spec.num_layers} layer(s), num_units={spec.num_units}, "
-        f"input_size={spec.input_size}, {spec.direction}, input_mode={layer.input_mode}"
-    )
+    graph.doc_string = doc
     opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(
+    return helper.make_model(
         graph,
         opset_imports=opsets,
         producer_name="cudnn_rnn",
         ir_version=helper.find_min_ir_version_for(opsets),
     )
-    helper.set_model_props(model, {_META_INPUT_MODE: layer.input_mode})
-    _save_atomically(onnx, model, os.fspath(path))
 
 
 def _graph(
