@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
 
-.PHONY: test demo install lint typecheck pytest clean
+.PHONY: test demo bench install lint typecheck pytest clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ pytest: install
 	$(PY) -m pytest
 
 test: lint typecheck pytest
+
+# The benchmark suite (minutes; not part of `make test`): writes docs/benchmarks.{md,json,png}.
+bench: install
+	$(PIP) install --quiet -e '.[bench]'
+	$(PY) -m cudnn_rnn.bench --out docs
 
 demo:
 	@echo "make demo: the demo is not built yet (see the open issues); run 'make test' meanwhile." >&2

@@ -299,7 +299,7 @@ def _graph(
         graph_inputs += [
             helper.make_tensor_value_info(s, elem, [spec.num_states, "B", h]) for s in states
         ]
-    axis0 = ints("axes_0", [0])
+    axis0 = ints("axes_0", [0]) if initial_state else ""
     to_3d = ints("shape_T_B_minus1", [0, 0, -1])
     x = "X"
     layer_states: list[list[str]] = [[] for _ in states]

@@ -1,0 +1,108 @@
+"""The benchmark suite's arithmetic and report (timings themselves are never asserted)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from cudnn_rnn import bench
+from cudnn_rnn.bench import Shape
+
+
+def test_flops_match_the_hand_count() -> None:
+    by_name = {s.name: s for s in bench.SHAPES}
+    # 2 FLOPs per multiply-add; LSTM has 4 gates, each [H, in + H] per step and sequence.
+    assert by_name["lstm-100x64x512"].forward_flops() == 2 * 4 * 512 * 1024 * 100 * 64
+    # skip_input: no input matrix, only the recurrent one.
+    assert by_name["tanh-skip-50x16x1760"].forward_flops() == 2 * 1760 * 1760 * 50 * 16
+    assert by_name["tanh-linear-50x16x1760"].forward_flops() == 2 * 1760 * 3520 * 50 * 16
+    # 3 bidirectional layers: layer 0 reads 256 inputs, the others 2 * 256.
+    per_step = 2 * 4 * 256 * ((256 + 256) + 2 * (512 + 256))
+    assert by_name["lstm-3bi-100x32x256"].forward_flops() == 2 * per_step * 100 * 32
+    varlen = by_name["lstm-2bi-varlen-100x32x256"]
+    lengths = varlen.lengths()
+    assert lengths is not None and len(lengths) == 32
+    assert max(lengths) == 100 and min(lengths) == 50
+    per_step = 2 * 4 * 256 * ((256 + 256) + (512 + 256))
+    assert varlen.forward_flops() == 2 * per_step * sum(lengths)
+
+
+def test_the_issue_shapes_are_all_there() -> None:
+    labels = [s.label for s in bench.SHAPES if not s.extra]
+    assert labels == [
+        "lstm (100, 64, 512, 512, 1, uni)",
+        "lstm (50, 64, 500, 500, 1, uni)",
+        "gru (100, 32, 1024, 1024, 1, uni)",
+        "lstm (100, 32, 256, 256, 3, bi)",
+        "lstm (25, 1, 256, 256, 2, uni)",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni) skip_input",
+        "lstm (100, 32, 256, 256, 2, bi) lengths 50-100",
+    ]
+
+
+def test_alternating_timer_measures_each_function() -> None:
+    def sleeper(seconds: float) -> object:
+        return lambda: time.sleep(seconds)
+
+    times = bench.time_alternating(
+        {"short": sleeper(0.002), "long": sleeper(0.006)},  # type: ignore[dict-item]
+        repeats=3,
+        block=0.02,
+    )
+    assert 0.002 <= times["short"] < 0.0045
+    assert 0.006 <= times["long"] < 0.0095
+
+
+def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    shape = Shape("lstm-test", "lstm", 6, 2, 5, 4, 2)
+    varlen = Shape("gru-test", "gru", 6, 3, 4, 4, 1, True, varlen=2)
+    rows, dyn = bench.run(
+        [shape, varlen],
+        out=tmp_path,
+        repeats=1,
+        block=0.001,
+        memory=True,
+        dynamic=shape,
+        log=lambda _: None,
+    )
+    record = json.loads((tmp_path / "benchmarks.json").read_text())
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = record["rows"][0]
+    assert set(first["inference"]) >= {
+        bench.OURS,
+        bench.OURS_TORCH,
+        bench.TORCH_NN,
+        bench.ORT_OURS,
+        bench.ORT_TORCH,
+    }
+    assert set(first["training"]) == {bench.OURS, bench.TORCH_NN}
+    # The report's ratios are the JSON's times divided.
+    inf = first["inference"]
+    peers = {k: v for k, v in inf.items() if k in bench.PEERS}
+    fastest = min(peers, key=peers.__getitem__)
+    ratio = f"**{inf[bench.OURS] / peers[fastest]:.2f}** ({fastest})"
+    assert ratio in md
+    train = first["training"]
+    assert f"**{train[bench.OURS] / train[bench.TORCH_NN]:.2f}**" in md
+    # Varlen rows leave out the peers that cannot take lengths, and say so.
+    second = record["rows"][1]
+    assert bench.ORT_TORCH not in second["inference"] and bench.KERAS not in second["inference"]
+    assert "full-length sequences only" in md
+    # Memory probes ran in fresh processes and found the training step's growth.
+    assert first["memory"][bench.OURS] >= 0 and bench.TORCH_NN in first["memory"]
+    assert record["dynamic_rnn"]["notes"][0].startswith("max |dynamic_rnn - layer|")
+    diff = float(re.search(r"= ([0-9.e+-]+)", record["dynamic_rnn"]["notes"][0])[1])  # type: ignore[index]
+    assert diff < 1e-5
+    assert "## Targets" in md and md.count("-> **") >= 4
+    assert rows[0].shape == shape and dyn is not None
+
+
+def test_unknown_shape_names_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown shape\(s\) nope; choose from lstm-100x64x512"):
+        bench.main(["--shapes", "nope"])
