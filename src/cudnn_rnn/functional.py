@@ -23,8 +23,10 @@ What torch's kernels do not do, this module adds around them:
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,7 +35,7 @@ from torch import _VF, Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
-from cudnn_rnn.core.layout import Block, Layout
+from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
 
 _KERNELS: dict[str, Callable[..., Any]] = {
@@ -52,10 +54,10 @@ class _SplitParams(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, params: Tensor, blocks: tuple[Block, ...]) -> tuple[Tensor, ...]:
-        ctx.blocks = blocks
+    def forward(ctx: Any, params: Tensor, plan: _Plan) -> tuple[Tensor, ...]:
+        ctx.plan = plan
         ctx.set_materialize_grads(False)  # unused blocks get zeros once, in the buffer below
-        return tuple(params[b.offset : b.offset + _numel(b)].view(b.shape) for b in blocks)
+        return tuple(t.view(s) for t, s in zip(params.split_with_sizes(plan.sizes), plan.shapes))
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, None]:
@@ -63,8 +65,8 @@ class _SplitParams(torch.autograd.Function):
         if ref is None:
             return None, None
         flat = [
-            g.reshape(-1) if g is not None else ref.new_zeros(_numel(b))
-            for g, b in zip(grads, ctx.blocks)
+            g.reshape(-1) if g is not None else ref.new_zeros(n)
+            for g, n in zip(grads, ctx.plan.sizes)
         ]
         return torch.cat(flat), None
 
@@ -75,34 +77,57 @@ def _indices(t: Tensor | None) -> Tensor:
     return t
 
 
-def _numel(b: Block) -> int:
-    n = 1
-    for s in b.shape:
-        n *= s
-    return n
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`kernel_weights` needs of a layout, precomputed once per spec."""
+
+    sizes: tuple[int, ...]  # of the blocks in buffer order (they tile it)
+    shapes: tuple[tuple[int, ...], ...]
+    #: The kernel's weight list as indices into the blocks; -1 for skip_input's identity.
+    order: tuple[int, ...]
+
+
+_PLANS: dict[int, tuple[Layout, _Plan]] = {}
+
+
+def _plan(layout: Layout) -> _Plan:
+    # Keyed by identity (hashing a Layout walks its whole table); the entry keeps it alive.
+    hit = _PLANS.get(id(layout))
+    if hit is not None and hit[0] is layout:
+        return hit[1]
+    plan = _make_plan(layout)
+    _PLANS[id(layout)] = (layout, plan)
+    return plan
+
+
+def _make_plan(layout: Layout) -> _Plan:
+    index = {b: i for i, b in enumerate(layout.blocks)}
+    order: list[int] = []
+    for f in layout.fused:
+        order.append(index[f.w_ih] if f.w_ih is not None else -1)
+        order += [index[f.w_hh], index[f.b_ih], index[f.b_hh]]
+        if f.w_hr is not None:
+            order.append(index[f.w_hr])
+    return _Plan(
+        tuple(math.prod(b.shape) for b in layout.blocks),
+        tuple(b.shape for b in layout.blocks),
+        tuple(order),
+    )
 
 
 def kernel_weights(layout: Layout, params: Tensor) -> list[Tensor]:
     """Per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` as views into ``params``."""
-    blocks = layout.blocks
+    plan = _plan(layout)
     if torch.compiler.is_compiling():
         # The compiler traces plain slicing well (and its backward fuses the copies itself).
-        split = tuple(params[b.offset : b.offset + _numel(b)].view(b.shape) for b in blocks)
+        split = tuple(t.view(s) for t, s in zip(params.split_with_sizes(plan.sizes), plan.shapes))
     else:
-        split = _SplitParams.apply(params, blocks)  # type: ignore[no-untyped-call]
-    views = dict(zip(blocks, split))
+        split = _SplitParams.apply(params, plan)  # type: ignore[no-untyped-call]
+    if -1 not in plan.order:
+        return [split[i] for i in plan.order]
     spec = layout.spec
-    out: list[Tensor] = []
-    for f in layout.fused:
-        w_ih = (
-            views[f.w_ih]
-            if f.w_ih is not None
-            else _stacked_identity(spec.num_gates, spec.num_units, params)
-        )
-        out += [w_ih, views[f.w_hh], views[f.b_ih], views[f.b_hh]]
-        if f.w_hr is not None:
-            out.append(views[f.w_hr])
-    return out
+    eye = _stacked_identity(spec.num_gates, spec.num_units, params)
+    return [split[i] if i >= 0 else eye for i in plan.order]
 
 
 _IDENTITY_CACHE: dict[tuple[int, int, torch.dtype, torch.device], Tensor] = {}
