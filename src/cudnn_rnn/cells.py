@@ -38,22 +38,35 @@ with ``<cell scope>`` one of ``cudnn_compatible_lstm_cell``, ``cudnn_compatible_
 
 Variables are created on the first call (or by ``build(input_depth)``), because only then is the
 input depth known; make an optimizer after that.
+
+The drivers run these equations on torch's fused kernel (:func:`cudnn_rnn.functional.run_kernel`)
+rather than a Python loop over time wherever the math allows: for the three classes themselves
+(a subclass may override ``forward``) with variables and states in the inputs' dtype and on their
+device, consecutive layers of one mode and one ``num_units`` are one kernel call, and a
+bidirectional layer with two such cells is one bidirectional layer of it. The kernel's weights
+are made from the TF variables on every call by differentiable slicing, transposes and gate
+reordering, so gradients reach the same parameters. Everything else runs step by step. Both paths
+check the same things first and give the same results up to float rounding.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeAlias
+from typing import Any, ClassVar, NamedTuple, TypeAlias, TypeGuard
 
 import torch
 from torch import Tensor, nn
 
 from cudnn_rnn.checkpointable import Shape
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
-from cudnn_rnn.core.gates import GATE_ORDERS
+from cudnn_rnn.core.gates import GATE_ORDERS, permute_gates
 from cudnn_rnn.core.spec import check_int
+from cudnn_rnn.functional import run_kernel
 from cudnn_rnn.ops import check_dtype, check_lengths
 
 __all__ = [
@@ -331,6 +344,14 @@ class _Cell(nn.Module):
         self._build(int(inputs.shape[1]), self._device or inputs.device)
         return inputs
 
+    def _check_call(self, inputs: object, state: object) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """What ``forward`` checks (building the cell if needed): inputs and the state tensors.
+
+        The state tensors are ``(c, h)`` for an LSTM cell and ``(h,)`` otherwise. The fused
+        drivers call this too, so that both paths raise the same errors in the same order.
+        """
+        raise NotImplementedError
+
     def _check_state_tensor(self, name: str, value: object, batch: int) -> Tensor:
         if not isinstance(value, Tensor):
             raise TypeError(
@@ -350,6 +371,10 @@ class _Cell(nn.Module):
 
 class _TensorStateCell(_Cell):
     """A cell whose state is one tensor ``[B, H]`` (GRU, basic RNN)."""
+
+    def _check_call(self, inputs: object, state: object) -> tuple[Tensor, tuple[Tensor, ...]]:
+        x = self._check_inputs_and_build(inputs)
+        return x, (self._check_state_tensor("state", state, int(x.shape[0])),)
 
     def zero_state(
         self,
@@ -425,7 +450,7 @@ class CudnnCompatibleLSTMCell(_Cell):
         assert isinstance(state, LSTMStateTuple)  # built from state_size
         return state
 
-    def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, LSTMStateTuple]:
+    def _check_call(self, inputs: object, state: object) -> tuple[Tensor, tuple[Tensor, ...]]:
         x = self._check_inputs_and_build(inputs)
         if not isinstance(state, (tuple, list)) or len(state) != 2:
             raise ValueError(
@@ -435,6 +460,10 @@ class CudnnCompatibleLSTMCell(_Cell):
         batch = int(x.shape[0])
         c_prev = self._check_state_tensor("state.c", state[0], batch)
         h_prev = self._check_state_tensor("state.h", state[1], batch)
+        return x, (c_prev, h_prev)
+
+    def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, LSTMStateTuple]:
+        x, (c_prev, h_prev) = self._check_call(inputs, state)
         gates = torch.addmm(self._param("bias"), torch.cat([x, h_prev], 1), self._param("kernel"))
         g = dict(zip(GATE_ORDERS["tf"][CUDNN_LSTM], gates.chunk(_LSTM_GATES, dim=1)))
         c = torch.sigmoid(g["f"]) * c_prev + torch.sigmoid(g["i"]) * torch.tanh(g["c"])
@@ -507,8 +536,7 @@ class CudnnCompatibleGRUCell(_TensorStateCell):
         return torch.empty(shape, dtype=self._dtype).copy_(value.detach())
 
     def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, Tensor]:
-        x = self._check_inputs_and_build(inputs)
-        h = self._check_state_tensor("state", state, int(x.shape[0]))
+        x, (h,) = self._check_call(inputs, state)
         p = self._param
         gates = torch.sigmoid(torch.addmm(p("gates/bias"), torch.cat([x, h], 1), p("gates/kernel")))
         g = dict(zip(GATE_ORDERS["tf"][CUDNN_GRU], gates.chunk(_GRU_GATES, dim=1)))
@@ -577,8 +605,7 @@ class BasicRNNCell(_TensorStateCell):
         self._act: Callable[[Tensor], Tensor] = torch.tanh if name == "tanh" else torch.relu
 
     def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, Tensor]:
-        x = self._check_inputs_and_build(inputs)
-        h = self._check_state_tensor("state", state, int(x.shape[0]))
+        x, (h,) = self._check_call(inputs, state)
         new_h = self._act(
             torch.addmm(self._param("bias"), torch.cat([x, h], 1), self._param("kernel"))
         )
@@ -793,14 +820,17 @@ class MultiRNNCell(_CellStack):
             cell.build(input_depth)
             input_depth = cell.output_size
 
-    def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, tuple[State, ...]]:
+    def _check_state(self, state: object) -> Sequence[State]:
         if not isinstance(state, (tuple, list)) or len(state) != len(self._layers):
             raise ValueError(
                 f"MultiRNNCell: state must be a tuple with one entry per cell "
                 f"({len(self._layers)}), got {_describe(state)}."
             )
+        return state
+
+    def forward(self, inputs: Tensor, state: State) -> tuple[Tensor, tuple[State, ...]]:
         output, new_state = inputs, []
-        for cell, layer_state in zip(self._layers, state):
+        for cell, layer_state in zip(self._layers, self._check_state(state)):
             output, s = cell(output, layer_state)
             new_state.append(s)
         return output, tuple(new_state)
@@ -948,7 +978,7 @@ def _check_same_depth(owner: str, num_fw: int, num_bw: int) -> None:
 def _check_sequences(
     owner: str, inputs: object, sequence_length: Any, time_major: object
 ) -> tuple[Tensor, Tensor | None]:
-    """Time-major inputs ``[T, B, I]`` and lengths (int64 on the inputs' device) or None."""
+    """Time-major inputs ``[T, B, I]`` and lengths (a CPU int64 tensor ``[B]``) or None."""
     if not isinstance(time_major, bool):
         raise TypeError(f"{owner}: time_major must be a bool, got {_describe(time_major)}.")
     if not isinstance(inputs, Tensor):
@@ -963,8 +993,7 @@ def _check_sequences(
     steps, batch = int(x.shape[0]), int(x.shape[1])
     if sequence_length is None:
         return x, None
-    lengths = check_lengths(owner, "sequence_length", sequence_length, steps, batch)
-    return x, lengths.to(x.device)
+    return x, check_lengths(owner, "sequence_length", sequence_length, steps, batch)
 
 
 def _check_initial_states(owner: str, name: str, states: object, layers: int) -> list[State | None]:
@@ -978,8 +1007,25 @@ def _check_initial_states(owner: str, name: str, states: object, layers: int) ->
     return list(states)
 
 
-def _run(cell: AnyCell, x: Tensor, state: State, lengths: Tensor | None) -> tuple[Tensor, State]:
-    """Run ``cell`` over time-major ``x``; returns time-major outputs and the final state."""
+def _run(
+    cell: AnyCell, x: Tensor, state: State, lengths: Tensor | None, cpu_lengths: Tensor | None
+) -> tuple[Tensor, State]:
+    """Run ``cell`` over time-major ``x``: the fused kernel where the cells allow, else the loop.
+
+    ``lengths`` on the inputs' device (for the loop), ``cpu_lengths`` the same on the CPU (for
+    the kernel). Returns time-major outputs and the final state, structured as the loop's.
+    """
+    layers = _fused_stack(cell, x, state)
+    if layers is None:
+        return _run_loop(cell, x, state, lengths)
+    outputs, finals = _run_fused([(f,) for f in layers], x, cpu_lengths)
+    return outputs, (tuple(finals) if isinstance(cell, MultiRNNCell) else finals[0])
+
+
+def _run_loop(
+    cell: AnyCell, x: Tensor, state: State, lengths: Tensor | None
+) -> tuple[Tensor, State]:
+    """Run ``cell`` step by step over time-major ``x``; time-major outputs and the final state."""
     steps = int(x.shape[0])
     outputs: list[Tensor] = []
     if lengths is None:
@@ -1009,6 +1055,183 @@ def _reverse(x: Tensor, lengths: Tensor | None) -> Tensor:
     return x[index, torch.arange(batch, device=x.device)[None, :]]
 
 
+# -- the fused path -----------------------------------------------------------------------------
+
+#: The cells whose step is one layer of torch's fused kernel. Exact classes only: a subclass may
+#: override ``forward``, so it runs step by step.
+_FUSABLE: tuple[type[_Cell], ...] = (CudnnCompatibleLSTMCell, CudnnCompatibleGRUCell, BasicRNNCell)
+
+
+class _Fused(NamedTuple):
+    """A cell checked as its first step checks it, with its initial state tensors."""
+
+    cell: _Cell
+    h: Tensor
+    c: Tensor | None  # LSTM only
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """Consecutive layers with one key share a kernel call (each reads the last one's h)."""
+        return self.cell.rnn_mode, self.cell.num_units
+
+
+def _fusable(cell: object) -> TypeGuard[_Cell]:
+    return type(cell) in _FUSABLE
+
+
+def _check_fused(cell: _Cell, inputs: Tensor, state: State) -> _Fused | None:
+    """The checks of ``cell``'s first step (they build it); None where the kernel cannot serve.
+
+    The kernel needs the variables and the states in the inputs' dtype and on their device; the
+    loop type-promotes or raises otherwise, so such cells stay with it. So do cells under
+    autocast, which would run the whole kernel in the lower precision where the loop mixes them.
+    """
+    x, states = cell._check_call(inputs, state)
+    tensors = (*states, *cell.tf_variables().values())
+    if _autocast(x.device) or any(t.dtype != x.dtype or t.device != x.device for t in tensors):
+        return None
+    return _Fused(cell, states[-1], states[0] if cell.rnn_mode == CUDNN_LSTM else None)
+
+
+def _autocast(device: torch.device) -> bool:
+    try:
+        return torch.is_autocast_enabled(device.type)
+    except TypeError:  # torch < 2.4 has one switch for CUDA and one for the CPU
+        if device.type == "cpu":
+            return bool(torch.is_autocast_cpu_enabled())
+        return torch.is_autocast_enabled()
+
+
+def _fused_stack(cell: AnyCell, x: Tensor, state: State) -> list[_Fused] | None:
+    """The layers of ``cell`` checked for the kernel in the loop's order, or None for the loop."""
+    if isinstance(cell, MultiRNNCell):
+        cells, states = cell._layers, cell._check_state(state)
+    else:
+        cells, states = (cell,), (state,)
+    if not all(_fusable(c) for c in cells):
+        return None
+    checked = []
+    inputs = x[0]  # what the first step gives the first layer
+    for layer, layer_state in zip(cells, states):
+        fused = _check_fused(layer, inputs, layer_state)
+        if fused is None:
+            return None
+        checked.append(fused)
+        inputs = inputs.new_empty(inputs.shape[0], layer.output_size)  # ... and the next layer
+    return checked
+
+
+def _fused_pair(
+    cell_fw: AnyCell, cell_bw: AnyCell, inputs: Tensor, state_fw: State, state_bw: State
+) -> tuple[_Fused, _Fused] | None:
+    """A bidirectional layer as one layer of the bidirectional kernel, or None.
+
+    It needs both cells of one exact class, mode and ``num_units`` (the kernel has one width).
+    """
+    if not (
+        _fusable(cell_fw)
+        and _fusable(cell_bw)
+        and cell_fw.rnn_mode == cell_bw.rnn_mode
+        and cell_fw.num_units == cell_bw.num_units
+    ):
+        return None
+    fw = _check_fused(cell_fw, inputs, state_fw)
+    bw = _check_fused(cell_bw, inputs, state_bw) if fw is not None else None
+    return None if fw is None or bw is None else (fw, bw)
+
+
+def _run_fused(
+    layers: Sequence[tuple[_Fused, ...]], x: Tensor, cpu_lengths: Tensor | None
+) -> tuple[Tensor, list[State]]:
+    """Run checked layers, each ``(cell,)`` or ``(fw, bw)``, over time-major ``x``.
+
+    Consecutive layers with one key are one kernel call. Returns the outputs ``[T, B, D*H]`` and
+    the final states layer by layer (forward before backward), structured as the cells' states.
+    """
+    finals: list[State] = []
+    for _, run in itertools.groupby(layers, key=lambda layer: layer[0].key):
+        group = list(run)
+        flat = [f for layer in group for f in layer]  # the kernel's order: layer-major, fw, bw
+        mode = flat[0].cell.rnn_mode
+        h0 = torch.stack([f.h for f in flat])
+        c0 = torch.stack([f.c for f in flat if f.c is not None]) if mode == CUDNN_LSTM else None
+        with _quiet_weight_copy(x.device):
+            x, h_n, c_n = run_kernel(
+                mode,
+                [w for f in flat for w in _kernel_weights(f.cell)],
+                x,
+                h0,
+                c0,
+                num_layers=len(group),
+                bidirectional=len(group[0]) == 2,
+                lengths=cpu_lengths,
+            )
+        finals += [
+            h_n[k] if c_n is None else LSTMStateTuple(c_n[k], h_n[k]) for k in range(len(flat))
+        ]
+    return x, finals
+
+
+def _kernel_weights(cell: _Cell) -> list[Tensor]:
+    """``[w_ih, w_hh, b_ih, b_hh]`` of a built cell for torch's kernel (cuDNN's gate order).
+
+    Made from the TF variables by concatenation, gate reordering, slicing and transposes, so the
+    gradients reach the cell's parameters. The cell sums its input and recurrent products, so its
+    one bias is ``b_ih`` and ``b_hh`` is 0 -- except the GRU candidate's hidden bias, which sits
+    inside the reset product and so is cuDNN's ``b_Rh`` itself.
+    """
+    mode, param, units = cell.rnn_mode, cell._param, cell.num_units
+    order = GATE_ORDERS["tf"][mode]
+    if mode == CUDNN_GRU:
+        # gates/kernel holds r and u; the candidate's two projections, stacked [K_in; K_hid], are
+        # its column block of a kernel acting on [x, h'].
+        candidate = tuple(g for g in GATE_ORDERS["cudnn"][mode] if g not in order)
+        projections = torch.cat(
+            [
+                param("candidate/input_projection/kernel"),
+                param("candidate/hidden_projection/kernel"),
+            ]
+        )
+        kernel = torch.cat([param("gates/kernel"), projections], dim=1)
+        bias = torch.cat([param("gates/bias"), param("candidate/input_projection/bias")])
+        hidden_bias = torch.cat(
+            [bias.new_zeros(len(order) * units), param("candidate/hidden_projection/bias")]
+        )
+        order = order + candidate
+    else:
+        kernel, bias = param("kernel"), param("bias")
+        hidden_bias = torch.zeros_like(bias)
+    kernel = _to_cudnn(kernel, order, mode, axis=1)
+    depth = cell.input_depth
+    return [
+        kernel[:depth].t(),
+        kernel[depth:].t(),
+        _to_cudnn(bias, order, mode),
+        _to_cudnn(hidden_bias, order, mode),
+    ]
+
+
+def _to_cudnn(t: Tensor, order: tuple[str, ...], mode: str, axis: int = 0) -> Tensor:
+    cudnn = GATE_ORDERS["cudnn"][mode]
+    return t if order == cudnn else permute_gates(t, order, cudnn, axis)
+
+
+@contextlib.contextmanager
+def _quiet_weight_copy(device: torch.device) -> Iterator[None]:
+    """Silence cuDNN's warning that the weights are not one chunk (it then copies them).
+
+    The weights are made from the TF variables on every call, so that copy is expected.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="RNN module weights are not part of single contiguous chunk"
+        )
+        yield
+
+
 def dynamic_rnn(
     cell: AnyCell,
     inputs: Tensor,
@@ -1024,6 +1247,12 @@ def dynamic_rnn(
     0 and the final state is the one after step ``length - 1``. Returns ``(outputs,
     final_state)``.
 
+    A cell of the three classes themselves (not a subclass), or a ``MultiRNNCell`` of them, runs
+    on torch's fused kernel instead of a Python loop over time: consecutive layers with one mode
+    and one ``num_units`` are one kernel call. The first step's checks run first, with the same
+    errors; variables or states in another dtype or on another device than the inputs, and any
+    other cell, take the step-by-step loop. Both give the same results up to float rounding.
+
     >>> import torch
     >>> cell = MultiRNNCell([CudnnCompatibleGRUCell(3)])
     >>> out, (h,) = dynamic_rnn(cell, torch.ones(4, 2, 5), sequence_length=[4, 2])
@@ -1032,11 +1261,12 @@ def dynamic_rnn(
     """
     owner = "dynamic_rnn"
     cell = _check_cell(owner, "cell", cell)
-    x, lengths = _check_sequences(owner, inputs, sequence_length, time_major)
+    x, cpu_lengths = _check_sequences(owner, inputs, sequence_length, time_major)
+    lengths = None if cpu_lengths is None else cpu_lengths.to(x.device)
     state = initial_state
     if state is None:
         state = cell.zero_state(int(x.shape[1]), x.dtype, device=x.device)
-    outputs, final = _run(cell, x, state, lengths)
+    outputs, final = _run(cell, x, state, lengths, cpu_lengths)
     return (outputs if time_major else outputs.transpose(0, 1)), final
 
 
@@ -1058,6 +1288,11 @@ def stack_bidirectional_dynamic_rnn(
     per layer. Other arguments as in :func:`dynamic_rnn`; ``initial_states_*`` hold one state
     (or None for zeros) per layer.
 
+    Fused as in :func:`dynamic_rnn`: a layer whose two cells have one class, mode and
+    ``num_units`` is a layer of torch's bidirectional kernel (whose backward direction starts
+    at each sequence's last valid step, as here), and consecutive such layers of one mode and
+    width are one call; another layer runs each direction through :func:`dynamic_rnn`'s path.
+
     >>> import torch
     >>> fw, bw = [CudnnCompatibleLSTMCell(2)], [CudnnCompatibleLSTMCell(3)]
     >>> out, states_fw, states_bw = stack_bidirectional_dynamic_rnn(fw, bw, torch.ones(4, 1, 2))
@@ -1066,22 +1301,51 @@ def stack_bidirectional_dynamic_rnn(
     """
     owner = "stack_bidirectional_dynamic_rnn"
     fw, bw = _check_cell_lists(owner, cells_fw, cells_bw)
-    x, lengths = _check_sequences(owner, inputs, sequence_length, time_major)
+    x, cpu_lengths = _check_sequences(owner, inputs, sequence_length, time_major)
+    lengths = None if cpu_lengths is None else cpu_lengths.to(x.device)
     init_fw = _check_initial_states(owner, "initial_states_fw", initial_states_fw, len(fw))
     init_bw = _check_initial_states(owner, "initial_states_bw", initial_states_bw, len(bw))
     batch = int(x.shape[1])
     states_fw: list[State] = []
     states_bw: list[State] = []
     layer_input = x
+    probe = x[0]  # what the layer's cells see first (their checks need its shape and dtype)
+    pending: list[tuple[_Fused, _Fused]] = []  # checked layers not run yet
     for cell_fw, cell_bw, s_fw, s_bw in zip(fw, bw, init_fw, init_bw):
         if s_fw is None:
             s_fw = cell_fw.zero_state(batch, x.dtype, device=x.device)
         if s_bw is None:
             s_bw = cell_bw.zero_state(batch, x.dtype, device=x.device)
-        out_fw, final_fw = _run(cell_fw, layer_input, s_fw, lengths)
-        out_bw, final_bw = _run(cell_bw, _reverse(layer_input, lengths), s_bw, lengths)
+        pair = _fused_pair(cell_fw, cell_bw, probe, s_fw, s_bw)
+        if pair is not None:
+            pending.append(pair)
+            probe = probe.new_empty(batch, cell_fw.output_size + cell_bw.output_size)
+            continue
+        layer_input = _run_pending(pending, layer_input, cpu_lengths, states_fw, states_bw)
+        out_fw, final_fw = _run(cell_fw, layer_input, s_fw, lengths, cpu_lengths)
+        reversed_input = _reverse(layer_input, lengths)
+        out_bw, final_bw = _run(cell_bw, reversed_input, s_bw, lengths, cpu_lengths)
         layer_input = torch.cat([out_fw, _reverse(out_bw, lengths)], dim=-1)
         states_fw.append(final_fw)
         states_bw.append(final_bw)
+        probe = layer_input[0]
+    layer_input = _run_pending(pending, layer_input, cpu_lengths, states_fw, states_bw)
     outputs = layer_input if time_major else layer_input.transpose(0, 1)
     return outputs, tuple(states_fw), tuple(states_bw)
+
+
+def _run_pending(
+    pending: list[tuple[_Fused, _Fused]],
+    x: Tensor,
+    cpu_lengths: Tensor | None,
+    states_fw: list[State],
+    states_bw: list[State],
+) -> Tensor:
+    """Run (and empty) the checked bidirectional layers; their final states go to the lists."""
+    if not pending:
+        return x
+    outputs, finals = _run_fused(pending, x, cpu_lengths)
+    states_fw += finals[0::2]
+    states_bw += finals[1::2]
+    pending.clear()
+    return outputs
