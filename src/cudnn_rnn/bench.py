@@ -10,7 +10,10 @@ Peers (each skipped, with a note, when it is not installed):
 * ``torch.nn.LSTM/GRU/RNN`` with our weights (``convert.to_torch``); variable lengths go
   through ``pack_padded_sequence``/``pad_packed_sequence`` as torch users write it;
 * onnxruntime (default session options) running our ``to_onnx`` export and, for full-length
-  shapes, ``torch.onnx.export`` of the ``torch.nn`` module; the faster of the two is the peer;
+  shapes, ``torch.onnx.export`` of the ``torch.nn`` module; the faster of the two is the peer.
+  Each runs alone in a fresh process: a default session keeps its threads spinning after a
+  run, which starved whatever ran next in the same process (torch.nn ran up to 10x slower);
+  our own sessions do not spin (:mod:`cudnn_rnn.inference`);
 * Keras 3 (``convert.to_keras``; backend from ``$KERAS_BACKEND``, torch if unset), full-length
   shapes only.
 
@@ -222,49 +225,87 @@ def _ort_session(path: str) -> Any:
     return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
-def _peers(
-    shape: Shape, layer: _CudnnRNN, x: Tensor, lengths: Tensor | None, tmp: str, notes: list[str]
-) -> dict[str, Callable[[], None]]:
-    """Inference callables of the peers that can run this shape here."""
-    out: dict[str, Callable[[], None]] = {}
-    if x.device.type != "cpu":
-        notes.append("onnxruntime and Keras run on CPU only: not compared on this device")
-        return out
+def _ort_feeds(shape: Shape, input_name: str) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(0).standard_normal(
+        (shape.steps, shape.batch, shape.input_size), dtype=np.float32
+    )
+    feeds = {input_name: x}
+    lengths = shape.lengths()
+    if lengths is not None:
+        feeds["sequence_lens"] = np.asarray(lengths, np.int32)
+    return feeds
+
+
+def _ort_probe(path: str, shape: Shape, input_name: str, repeats: int, block: float) -> float:
+    """Seconds per call of an onnxruntime session with default options, alone in its process."""
+    session = _ort_session(path)
+    feeds = _ort_feeds(shape, input_name)
+    return time_alternating(
+        {"onnxruntime": lambda: session.run(None, feeds)}, repeats=repeats, block=block
+    )["onnxruntime"]
+
+
+def _ort_peers(
+    shape: Shape, layer: _CudnnRNN, x: Tensor, tmp: str, repeats: int, block: float
+) -> tuple[dict[str, float], list[str]]:
+    """Inference seconds of onnxruntime on our export and on torch.onnx.export's, each measured
+    in a fresh process (default sessions spin their threads after a run, which would starve
+    torch and the other session if they shared the process)."""
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
-        notes.append("onnxruntime not installed")
+        return {}, ["onnxruntime not installed"]
+    notes = []
+    models = {}
+    lengths = shape.lengths()
+    path = os.path.join(tmp, f"{shape.name}.onnx")
+    convert.to_onnx(layer, path, sequence_lens=lengths is not None, initial_state=False)
+    models[ORT_OURS] = (path, "X")
+    if lengths is None:
+        exported = os.path.join(tmp, f"{shape.name}-torch.onnx")
+        module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (x,), exported, dynamo=False, input_names=["x"])
+        models[ORT_TORCH] = (exported, "x")
     else:
-        path = os.path.join(tmp, f"{shape.name}.onnx")
-        convert.to_onnx(layer, path, sequence_lens=lengths is not None, initial_state=False)
-        session = _ort_session(path)
-        feeds: dict[str, np.ndarray] = {"X": x.numpy()}
-        if lengths is not None:
-            feeds["sequence_lens"] = lengths.numpy().astype(np.int32)
-        out[ORT_OURS] = lambda: session.run(None, feeds)
-        if lengths is None:
-            exported = os.path.join(tmp, f"{shape.name}-torch.onnx")
-            module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(module, (x,), exported, dynamo=False, input_names=["x"])
-            torch_session = _ort_session(exported)
-            xn = x.numpy()
-            out[ORT_TORCH] = lambda: torch_session.run(None, {"x": xn})
+        notes.append("torch.onnx.export: full-length sequences only (no packed sequences)")
+    times = {}
+    code = (
+        "import json, sys; from cudnn_rnn import bench; a = json.loads(sys.argv[1]); "
+        "print(bench._ort_probe(a[0], bench.Shape(**a[1]), a[2], a[3], a[4]))"
+    )
+    for name, (model, input_name) in models.items():
+        args = json.dumps([model, asdict(shape), input_name, repeats, block])
+        done = subprocess.run(
+            [sys.executable, "-c", code, args], capture_output=True, text=True, timeout=1800
+        )
+        if done.returncode != 0:
+            notes.append(f"{name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            continue
+        times[name] = float(done.stdout.split()[-1])
+    return times, notes
+
+
+def _keras_peer(
+    layer: _CudnnRNN, x: Tensor, lengths: Tensor | None, notes: list[str]
+) -> Callable[[], None] | None:
+    if x.device.type != "cpu":
+        return None
     if lengths is not None:
-        notes.append("Keras and torch.onnx.export: full-length sequences only, not compared")
-        return out
+        notes.append("Keras: full-length sequences only here, not compared")
+        return None
     keras_layers = _keras_layers(layer, notes)
-    if keras_layers is not None:
-        xb = x.transpose(0, 1).contiguous()
+    if keras_layers is None:
+        return None
+    xb = x.transpose(0, 1).contiguous()
 
-        def keras_call() -> None:
-            y: Any = xb
-            for k in keras_layers:
-                y = k(y)
+    def keras_call() -> None:
+        y: Any = xb
+        for k in keras_layers:
+            y = k(y)
 
-        out[KERAS] = keras_call
-    return out
+    return keras_call
 
 
 def _keras_layers(layer: _CudnnRNN, notes: list[str]) -> list[Any] | None:
@@ -359,10 +400,17 @@ def bench_shape(
         TORCH_NN: _inference(nn),
     }
     if peers and not shape.extra:
-        inf.update(
-            {k: _inference(v) for k, v in _peers(shape, layer, x, lengths, tmp, row.notes).items()}
-        )
+        keras_call = _keras_peer(layer, x, lengths, row.notes)
+        if keras_call is not None:
+            inf[KERAS] = _inference(keras_call)
     row.inference = time_alternating(inf, repeats=repeats, block=block, device=device)
+    if peers and not shape.extra:
+        if device == "cpu":
+            ort_times, ort_notes = _ort_peers(shape, layer, x, tmp, repeats, block)
+            row.inference.update(ort_times)
+            row.notes += ort_notes
+        else:
+            row.notes.append("onnxruntime and Keras: compared on CPU only")
     train = {
         OURS: _training(ours, list(layer.parameters()), grad_out),
         TORCH_NN: _training(nn, list(module.parameters()), grad_out),
