@@ -30,14 +30,16 @@ def _auto_backend() -> Any:
 
 
 @pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
-    """Records every session build as ``(use_lengths, single_thread)``."""
-    calls: list[tuple[bool, bool]] = []
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool, bool]]:
+    """Records every session build as ``(use_lengths, single_thread, states)``."""
+    calls: list[tuple[bool, bool, bool]] = []
     original = SessionCache._build
 
-    def spy(self: SessionCache, params: torch.Tensor, use_lengths: bool, single: bool) -> Any:
-        calls.append((use_lengths, single))
-        return original(self, params, use_lengths, single)
+    def spy(
+        self: SessionCache, params: torch.Tensor, use_lengths: bool, single: bool, states: bool
+    ) -> Any:
+        calls.append((use_lengths, single, states))
+        return original(self, params, use_lengths, single, states)
 
     monkeypatch.setattr(SessionCache, "_build", spy)
     return calls
@@ -83,7 +85,7 @@ def test_matches_oracle_and_torch_path(
     varlen: bool,
     time_major: bool,
     input_mode: str,
-    builds: list[tuple[bool, bool]],
+    builds: list[tuple[bool, bool, bool]],
 ) -> None:
     units = 5
     spec = RNNSpec(
@@ -259,7 +261,7 @@ def test_thread_choice(builds: list[Any]) -> None:
         for batch in (1, 1, 512, 512):
             layer(torch.randn(3, batch, 8))
     # 4 * 64 * 64 = 16384 multiply-adds per sequence and step: one thread for 1 sequence.
-    assert builds == [(False, True), (False, False)]
+    assert builds == [(False, True, False), (False, False, False)]  # zero states: not fed
 
 
 def test_copies_and_pickles_drop_sessions(builds: list[Any]) -> None:

@@ -129,7 +129,8 @@ class _Entry:
     params: weakref.ref[Tensor]
     fingerprint: tuple[int, int, Tensor]
     uses: int = 0
-    sessions: dict[tuple[bool, bool], Any] = field(default_factory=dict)
+    #: By (sequence lengths used, one thread, initial states fed).
+    sessions: dict[tuple[bool, bool, bool], Any] = field(default_factory=dict)
 
 
 class SessionCache:
@@ -191,21 +192,21 @@ class SessionCache:
         c0: Tensor | None,
         lengths: Tensor | None,
         time_major: bool,
+        zero_states: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor | None] | None:
         """The forward pass on onnxruntime, or None when torch should run this call."""
         steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
         use_lengths = lengths is not None and int(lengths.min()) < steps
         single = _work(self._layout) * batch < SINGLE_THREAD_WORK
-        session = self._session(params, (use_lengths, single))
+        session = self._session(params, (use_lengths, single, not zero_states))
         if session is None:
             return None
         xt = x if time_major else x.transpose(0, 1)
-        feeds = {
-            "X": _array(xt),
-            "initial_h": _array(h0),
-        }
-        if c0 is not None:
-            feeds["initial_c"] = _array(c0)
+        feeds = {"X": _array(xt)}
+        if not zero_states:
+            feeds["initial_h"] = _array(h0)
+            if c0 is not None:
+                feeds["initial_c"] = _array(c0)
         if use_lengths:
             assert lengths is not None
             feeds["sequence_lens"] = lengths.numpy().astype(np.int32)
@@ -213,7 +214,7 @@ class SessionCache:
         y = outputs[0] if time_major else outputs[0].transpose(0, 1)
         return y, outputs[1], (outputs[2] if len(outputs) > 2 else None)
 
-    def _session(self, params: Tensor, key: tuple[bool, bool]) -> Any:
+    def _session(self, params: Tensor, key: tuple[bool, bool, bool]) -> Any:
         fingerprint = _fingerprint(params)
         entry = self._entry
         if (
@@ -238,14 +239,20 @@ class SessionCache:
             entry.sessions[key] = session
         return session
 
-    def _build(self, params: Tensor, use_lengths: bool, single_thread: bool) -> Any:
+    def _build(self, params: Tensor, use_lengths: bool, single_thread: bool, states: bool) -> Any:
         from cudnn_rnn.formats.onnx import model_proto
 
         ort = _ort()
         spec = self._layout.spec
         weights, biases = self._layout.unpack(params.detach())
         model = model_proto(
-            spec, weights, biases, torch.float32, sequence_lens=use_lengths, owner="inference"
+            spec,
+            weights,
+            biases,
+            torch.float32,
+            sequence_lens=use_lengths,
+            initial_state=states,
+            owner="inference",
         )
         options = ort.SessionOptions()
         options.log_severity_level = 3  # no notes about unused initializers

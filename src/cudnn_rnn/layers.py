@@ -319,6 +319,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         op = self._op_for(self.opaque_kernel.dtype)
         spec = op.spec
         n_states = 2 if spec.mode == CUDNN_LSTM else 1
+        zero_states = initial_state is None
         if initial_state is None:
             batch = inputs.shape[1 if time_major else 0] if inputs.dim() == 3 else 0
             initial_state = tuple(
@@ -334,7 +335,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         h = initial_state[0]
         c = initial_state[1] if n_states == 2 else None
         out, h_n, c_n = op._forward(
-            inputs, h, c, self.opaque_kernel, training, sequence_lengths, time_major
+            inputs, h, c, self.opaque_kernel, training, sequence_lengths, time_major, zero_states
         )
         return out, ((h_n, c_n) if c_n is not None else (h_n,))
 

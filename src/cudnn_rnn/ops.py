@@ -246,7 +246,10 @@ class _CudnnRNN(SpecProperties):
         is_training: bool,
         sequence_lengths: Any,
         time_major: bool,
+        zero_states: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The checked forward pass; ``zero_states`` says the caller made ``input_h``/``input_c``
+        as zeros (the onnxruntime path then leaves them out of its graph)."""
         spec, owner = self._spec, self._owner
         for name, flag in (("is_training", is_training), ("time_major", time_major)):
             if not isinstance(flag, bool):
@@ -274,7 +277,7 @@ class _CudnnRNN(SpecProperties):
         dropout = is_training and spec.dropout > 0.0 and spec.num_layers > 1
         states = (h,) if c is None else (h, c)
         if self._sessions.applies(params, x, dropout=dropout, states=states):
-            fast = self._sessions.run(params, x, h, c, lengths, time_major)
+            fast = self._sessions.run(params, x, h, c, lengths, time_major, zero_states)
             if fast is not None:
                 return fast
         return rnn_forward(
