@@ -5,6 +5,8 @@ detects, for our safetensors checkpoints, TF1 checkpoints (``PREFIX`` or ``PREFI
 models and torch state_dicts (``.pt``/``.pth``). ``cudnn-rnn convert SRC DST`` moves one model
 between those formats; the destination's format follows its extension (``.safetensors``,
 ``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
+``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
+in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`).
 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 import torch
 
-from cudnn_rnn import checkpoint, convert
+from cudnn_rnn import checkpoint, convert, demo
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 
 _NAME = re.compile(
@@ -252,12 +254,34 @@ def build_parser() -> argparse.ArgumentParser:
             choices=("tanh", "relu"),
             help="for plain RNNs, whose files do not record it",
         )
+    demo_cmd = sub.add_parser(
+        "demo",
+        help="train a character model on CudnnLSTM; save, restore and verify it",
+        description=demo.DESCRIPTION,
+        epilog=demo.EPILOG,
+    )
+    demo.add_arguments(demo_cmd)
     return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        config = demo.config_from_args(args)
+    except ValueError as err:
+        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
+        return 2
+    try:
+        return demo.run(config)
+    except OSError as err:  # e.g. the disk filled up under --out
+        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
+        return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
     path = getattr(args, "path", None) or args.src
     if not (Path(path).exists() or Path(path + ".index").exists()):
         print(
