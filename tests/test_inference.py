@@ -30,16 +30,14 @@ def _auto_backend() -> Any:
 
 
 @pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool, bool]]:
-    """Records every session build as ``(use_lengths, single_thread, states)``."""
-    calls: list[tuple[bool, bool, bool]] = []
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool]]:
+    """Records every session build as ``(use_lengths, states)``."""
+    calls: list[tuple[bool, bool]] = []
     original = SessionCache._build
 
-    def spy(
-        self: SessionCache, params: torch.Tensor, use_lengths: bool, single: bool, states: bool
-    ) -> Any:
-        calls.append((use_lengths, single, states))
-        return original(self, params, use_lengths, single, states)
+    def spy(self: SessionCache, params: torch.Tensor, use_lengths: bool, states: bool) -> Any:
+        calls.append((use_lengths, states))
+        return original(self, params, use_lengths, states)
 
     monkeypatch.setattr(SessionCache, "_build", spy)
     return calls
@@ -85,7 +83,7 @@ def test_matches_oracle_and_torch_path(
     varlen: bool,
     time_major: bool,
     input_mode: str,
-    builds: list[tuple[bool, bool, bool]],
+    builds: list[tuple[bool, bool]],
 ) -> None:
     units = 5
     spec = RNNSpec(
@@ -255,13 +253,20 @@ def test_build_failure_falls_back_to_torch(monkeypatch: pytest.MonkeyPatch) -> N
         _call(make_op(op.spec, torch.float32), case, params)
 
 
-def test_thread_choice(builds: list[Any]) -> None:
-    layer = cudnn_rnn.CudnnLSTM(1, 64, input_size=8).eval()
-    with torch.no_grad():
-        for batch in (1, 1, 512, 512):
-            layer(torch.randn(3, batch, 8))
-    # 4 * 64 * 64 = 16384 multiply-adds per sequence and step: one thread for 1 sequence.
-    assert builds == [(False, True, False), (False, False, False)]  # zero states: not fed
+def test_states_fed_or_left_out(builds: list[Any]) -> None:
+    layer = cudnn_rnn.CudnnLSTM(1, 6, input_size=3).eval()
+    x = torch.randn(4, 2, 3)
+    h = torch.randn(1, 2, 6)
+    c = torch.randn(1, 2, 6)
+    with torch.no_grad(), inference.inference_backend("torch"):
+        want_zero, want_given = layer(x)[0], layer(x, (h, c))[0]
+    with torch.no_grad(), inference.inference_backend("onnxruntime"):
+        got_zero, got_given = layer(x)[0], layer(x, (h, c))[0]
+        layer(x, (torch.zeros_like(h), torch.zeros_like(c)))  # given zeros: fed like any state
+    assert builds == [(False, False), (False, True)]  # zero states of the layer: not fed
+    torch.testing.assert_close(got_zero, want_zero, atol=2e-6, rtol=0)
+    torch.testing.assert_close(got_given, want_given, atol=2e-6, rtol=0)
+    assert not torch.allclose(got_zero, got_given)
 
 
 def test_copies_and_pickles_drop_sessions(builds: list[Any]) -> None:

@@ -24,9 +24,10 @@ update such as ``optimizer.step()``, ``copy_`` or ``load_state_dict`` bumps it) 
 64 of its values. Writes through ``tensor.data`` bypass the version counter: after such a write
 to a few elements, call :func:`clear_sessions` (or use the ``"torch"`` backend).
 
-Sessions run without spinning threads, so the torch code around them keeps the cores; small
-problems (under :data:`SINGLE_THREAD_WORK` recurrent multiply-adds per step) run on one thread,
-where onnxruntime is fastest, the others on ``torch.get_num_threads()`` threads.
+Sessions use ``torch.get_num_threads()`` threads that spin while a call runs (the time steps
+are short; waking sleeping threads at every step cost 2x on small problems) and stop spinning
+when it returns (``session.force_spinning_stop``): threads left spinning starved the torch code
+that ran next, 3x-10x in our measurements.
 
 >>> get_inference_backend()
 'auto'
@@ -53,7 +54,6 @@ from cudnn_rnn.core.layout import Layout
 
 __all__ = [
     "BACKENDS",
-    "SINGLE_THREAD_WORK",
     "clear_sessions",
     "get_inference_backend",
     "inference_backend",
@@ -64,9 +64,6 @@ __all__ = [
 #: ``"torch"``: always torch's kernels; ``"onnxruntime"``: onnxruntime wherever it applies,
 #: from the first call, and an ImportError when it is not installed.
 BACKENDS = ("auto", "torch", "onnxruntime")
-#: Recurrent multiply-adds per time step (``batch * G*H * Hout`` summed over the pseudo-layers)
-#: below which a call runs on a one-thread session (others use torch's thread count).
-SINGLE_THREAD_WORK = 4_000_000
 _ENV = "CUDNN_RNN_INFERENCE"
 _SAMPLES = 64
 
@@ -129,8 +126,8 @@ class _Entry:
     params: weakref.ref[Tensor]
     fingerprint: tuple[int, int, Tensor]
     uses: int = 0
-    #: By (sequence lengths used, one thread, initial states fed).
-    sessions: dict[tuple[bool, bool, bool], Any] = field(default_factory=dict)
+    #: By (sequence lengths fed, initial states fed).
+    sessions: dict[tuple[bool, bool], Any] = field(default_factory=dict)
 
 
 class SessionCache:
@@ -195,10 +192,9 @@ class SessionCache:
         zero_states: bool = False,
     ) -> tuple[Tensor, Tensor, Tensor | None] | None:
         """The forward pass on onnxruntime, or None when torch should run this call."""
-        steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
+        steps = x.shape[0] if time_major else x.shape[1]
         use_lengths = lengths is not None and int(lengths.min()) < steps
-        single = _work(self._layout) * batch < SINGLE_THREAD_WORK
-        session = self._session(params, (use_lengths, single, not zero_states))
+        session = self._session(params, (use_lengths, not zero_states))
         if session is None:
             return None
         xt = x if time_major else x.transpose(0, 1)
@@ -214,7 +210,7 @@ class SessionCache:
         y = outputs[0] if time_major else outputs[0].transpose(0, 1)
         return y, outputs[1], (outputs[2] if len(outputs) > 2 else None)
 
-    def _session(self, params: Tensor, key: tuple[bool, bool, bool]) -> Any:
+    def _session(self, params: Tensor, key: tuple[bool, bool]) -> Any:
         fingerprint = _fingerprint(params)
         entry = self._entry
         if (
@@ -239,7 +235,7 @@ class SessionCache:
             entry.sessions[key] = session
         return session
 
-    def _build(self, params: Tensor, use_lengths: bool, single_thread: bool, states: bool) -> Any:
+    def _build(self, params: Tensor, use_lengths: bool, states: bool) -> Any:
         from cudnn_rnn.formats.onnx import model_proto
 
         ort = _ort()
@@ -256,18 +252,11 @@ class SessionCache:
         )
         options = ort.SessionOptions()
         options.log_severity_level = 3  # no notes about unused initializers
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.intra_op_num_threads = 1 if single_thread else torch.get_num_threads()
+        options.add_session_config_entry("session.force_spinning_stop", "1")
+        options.intra_op_num_threads = torch.get_num_threads()
         return ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
-
-
-def _work(layout: Layout) -> int:
-    """Recurrent multiply-adds per time step per sequence."""
-    spec = layout.spec
-    per_layer = spec.num_gates * spec.num_units * spec.output_units
-    return per_layer * spec.num_layers * spec.num_dirs
 
 
 def _fingerprint(params: Tensor) -> tuple[int, int, Tensor]:
