@@ -52,6 +52,7 @@ def test_alternating_timer_measures_each_function() -> None:
         {"short": sleeper(0.002), "long": sleeper(0.006)},  # type: ignore[dict-item]
         repeats=3,
         block=0.02,
+        warmup=0.01,
     )
     assert 0.002 <= times["short"] < 0.0045
     assert 0.006 <= times["long"] < 0.0095
@@ -68,6 +69,7 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
         block=0.001,
         memory=True,
         dynamic=shape,
+        warmup=0.01,
         log=lambda _: None,
     )
     record = json.loads((tmp_path / "benchmarks.json").read_text())

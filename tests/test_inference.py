@@ -281,3 +281,63 @@ def test_copies_and_pickles_drop_sessions(builds: list[Any]) -> None:
             torch.testing.assert_close(other(x)[0], on_torch, atol=0, rtol=0)
             torch.testing.assert_close(other(x)[0], on_ort, atol=0, rtol=0)
     assert len(builds) == 3
+
+
+@pytest.mark.parametrize("faster", ["torch", "onnxruntime"])
+def test_auto_settles_each_size_on_the_faster_path(
+    faster: str, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtual clock makes one path look faster; after the trials every call takes it."""
+    now = [0.0]
+    ran: list[str] = []
+    cost = (
+        {"torch": 1.0, "onnxruntime": 10.0}
+        if faster == "torch"
+        else {"torch": 10.0, "onnxruntime": 1.0}
+    )
+    run_session = inference._run_session
+    rnn_forward = cudnn_rnn.ops.rnn_forward
+
+    def timed_session(*args: Any) -> Any:
+        now[0] += cost["onnxruntime"]
+        ran.append("onnxruntime")
+        return run_session(*args)
+
+    def timed_torch(*args: Any, **kwargs: Any) -> Any:
+        now[0] += cost["torch"]
+        ran.append("torch")
+        return rnn_forward(*args, **kwargs)
+
+    monkeypatch.setattr(inference, "_clock", lambda: now[0])
+    monkeypatch.setattr(inference, "_run_session", timed_session)
+    monkeypatch.setattr(cudnn_rnn.ops, "rnn_forward", timed_torch)
+    op, case, params = _lstm_case()
+    want = _expected(op, case, params)
+    ran.clear()
+    calls = 1 + 2 + 2 * inference.TRIALS  # first use, warm-up, trials
+    for _ in range(calls):
+        torch.testing.assert_close(_call(op, case, params)[0], want, atol=2e-6, rtol=0)
+    assert ran == ["torch", "onnxruntime", "onnxruntime"] + ["torch", "onnxruntime"] * 5
+    ran.clear()
+    for _ in range(4):
+        torch.testing.assert_close(_call(op, case, params)[0], want, atol=2e-6, rtol=0)
+    assert ran == [faster] * 4
+    # The choice belongs to the size: new weights keep it (no session when torch won) ...
+    _, case2, params2 = _lstm_case(seed=3)
+    ran.clear()
+    for _ in range(3):
+        _call(op, case2, params2)
+    assert ran == (
+        ["torch", "onnxruntime", "onnxruntime"] if faster == "onnxruntime" else ["torch"] * 3
+    )
+    assert len(builds) == (2 if faster == "onnxruntime" else 1)
+    # ... and another batch size is measured afresh.
+    case3 = make_case(op.spec, 5, 4, seed=1)
+    ran.clear()
+    for _ in range(3):
+        _call(op, case3, params2)
+    # Warm-up of the new size's trial (after the first use of weights that had no session yet).
+    if faster == "onnxruntime":
+        assert ran == ["onnxruntime", "onnxruntime", "torch"]
+    else:
+        assert ran == ["torch", "onnxruntime", "onnxruntime"]

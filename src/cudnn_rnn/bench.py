@@ -23,7 +23,8 @@ difference to ``torch.nn`` there is our per-call overhead.
 
 FLOPs count the multiply-adds of the matrix products (2 per multiply-add; ``skip_input``'s layer
 0 has no input matrix, variable lengths count only valid steps); training counts 3x the forward.
-The peak is the best rate of a 2048x2048 float32 matmul on the same machine. Peak memory of a
+The peak is the best rate of a 2048x2048 float32 matmul on the same machine (torch's or
+onnxruntime's, whichever is faster). Peak memory of a
 training step is measured in a fresh process per implementation (Linux: the growth of the peak
 resident set over one step, the first, from just before it).
 
@@ -236,17 +237,28 @@ def _ort_feeds(shape: Shape, input_name: str) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _ort_probe(path: str, shape: Shape, input_name: str, repeats: int, block: float) -> float:
+def _ort_probe(
+    path: str, shape: Shape, input_name: str, repeats: int, block: float, warmup: float = 1.0
+) -> float:
     """Seconds per call of an onnxruntime session with default options, alone in its process."""
     session = _ort_session(path)
     feeds = _ort_feeds(shape, input_name)
     return time_alternating(
-        {"onnxruntime": lambda: session.run(None, feeds)}, repeats=repeats, block=block
+        {"onnxruntime": lambda: session.run(None, feeds)},
+        repeats=repeats,
+        block=block,
+        warmup=warmup,
     )["onnxruntime"]
 
 
 def _ort_peers(
-    shape: Shape, layer: _CudnnRNN, x: Tensor, tmp: str, repeats: int, block: float
+    shape: Shape,
+    layer: _CudnnRNN,
+    x: Tensor,
+    tmp: str,
+    repeats: int,
+    block: float,
+    warmup: float,
 ) -> tuple[dict[str, float], list[str]]:
     """Inference seconds of onnxruntime on our export and on torch.onnx.export's, each measured
     in a fresh process (default sessions spin their threads after a run, which would starve
@@ -273,10 +285,10 @@ def _ort_peers(
     times = {}
     code = (
         "import json, sys; from cudnn_rnn import bench; a = json.loads(sys.argv[1]); "
-        "print(bench._ort_probe(a[0], bench.Shape(**a[1]), a[2], a[3], a[4]))"
+        "print(bench._ort_probe(a[0], bench.Shape(**a[1]), a[2], a[3], a[4], a[5]))"
     )
     for name, (model, input_name) in models.items():
-        args = json.dumps([model, asdict(shape), input_name, repeats, block])
+        args = json.dumps([model, asdict(shape), input_name, repeats, block, warmup])
         done = subprocess.run(
             [sys.executable, "-c", code, args], capture_output=True, text=True, timeout=1800
         )
@@ -331,13 +343,28 @@ def _sync(device: str) -> None:
 
 
 def time_alternating(
-    fns: dict[str, Callable[[], None]], *, repeats: int, block: float, device: str = "cpu"
+    fns: dict[str, Callable[[], None]],
+    *,
+    repeats: int,
+    block: float,
+    device: str = "cpu",
+    warmup: float = 1.0,
 ) -> dict[str, float]:
-    """Median seconds per call of each function, measured in alternating blocks."""
+    """Median seconds per call of each function, measured in alternating blocks.
+
+    Each function first runs for ``warmup`` seconds (at least 2 calls, and up to 15 within 5x
+    that time, which lets our inference path finish choosing between its two backends).
+    """
     counts: dict[str, int] = {}
-    for name, fn in fns.items():  # warm up (sessions, primitives) and size the blocks
-        fn()
-        _sync(device)
+    for name, fn in fns.items():
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            _sync(device)
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if calls >= 2 and elapsed >= warmup and (calls >= 15 or elapsed >= 5 * warmup):
+                break
         start = time.perf_counter()
         fn()
         _sync(device)
@@ -356,26 +383,69 @@ def time_alternating(
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def matmul_peak(device: str = "cpu", size: int = 2048, repeats: int = 5) -> float:
-    """Best FLOP/s of a ``size x size`` float32 matmul."""
+def matmul_peak(device: str = "cpu", size: int = 2048, repeats: int = 5) -> tuple[float, str]:
+    """Best FLOP/s of a ``size x size`` float32 matmul, and the engine that reached it.
+
+    On CPU both torch's matmul (MKL) and onnxruntime's (MLAS) are tried: MKL is slow on some
+    CPUs (AMD) where the RNN kernels are not, which would put them above the "peak".
+    """
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
-    a @ b
+    rates = {"torch.matmul": _best_rate(lambda: a @ b, size, repeats, device)}
+    if device == "cpu":
+        with contextlib.suppress(ImportError):
+            rates["onnxruntime MatMul"] = _ort_matmul_rate(a.numpy(), b.numpy(), repeats)
+    engine = max(rates, key=rates.__getitem__)
+    return rates[engine], engine
+
+
+def _best_rate(fn: Callable[[], Any], size: int, repeats: int, device: str) -> float:
+    fn()
     best = math.inf
     for _ in range(repeats):
         _sync(device)
         start = time.perf_counter()
-        a @ b
+        fn()
         _sync(device)
         best = min(best, time.perf_counter() - start)
     return 2.0 * size**3 / best
+
+
+def _ort_matmul_rate(a: np.ndarray, b: np.ndarray, repeats: int) -> float:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    size = a.shape[0]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["C"])],
+        "matmul",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [size, size]) for n in "AB"],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [size, size])],
+    )
+    opsets = [helper.make_opsetid("", 17)]
+    model = helper.make_model(
+        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets)
+    )
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.force_spinning_stop", "1")
+    session = ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+    return _best_rate(lambda: session.run(None, {"A": a, "B": b}), size, repeats, "cpu")
 
 
 # -- one shape -------------------------------------------------------------------------------------
 
 
 def bench_shape(
-    shape: Shape, *, device: str, repeats: int, block: float, peers: bool, tmp: str
+    shape: Shape,
+    *,
+    device: str,
+    repeats: int,
+    block: float,
+    peers: bool,
+    tmp: str,
+    warmup: float = 1.0,
 ) -> Row:
     row = Row(shape)
     layer, x, lengths = _make(shape, device)
@@ -403,10 +473,12 @@ def bench_shape(
         keras_call = _keras_peer(layer, x, lengths, row.notes)
         if keras_call is not None:
             inf[KERAS] = _inference(keras_call)
-    row.inference = time_alternating(inf, repeats=repeats, block=block, device=device)
+    row.inference = time_alternating(
+        inf, repeats=repeats, block=block, device=device, warmup=warmup
+    )
     if peers and not shape.extra:
         if device == "cpu":
-            ort_times, ort_notes = _ort_peers(shape, layer, x, tmp, repeats, block)
+            ort_times, ort_notes = _ort_peers(shape, layer, x, tmp, repeats, block, warmup)
             row.inference.update(ort_times)
             row.notes += ort_notes
         else:
@@ -415,11 +487,15 @@ def bench_shape(
         OURS: _training(ours, list(layer.parameters()), grad_out),
         TORCH_NN: _training(nn, list(module.parameters()), grad_out),
     }
-    row.training = time_alternating(train, repeats=repeats, block=block, device=device)
+    row.training = time_alternating(
+        train, repeats=repeats, block=block, device=device, warmup=warmup
+    )
     return row
 
 
-def bench_dynamic_rnn(shape: Shape, *, device: str, repeats: int, block: float, tmp: str) -> Row:
+def bench_dynamic_rnn(
+    shape: Shape, *, device: str, repeats: int, block: float, tmp: str, warmup: float = 1.0
+) -> Row:
     """``dynamic_rnn`` over a MultiRNNCell of compatible cells vs the fused layer (same weights)."""
     from cudnn_rnn import checkpoint
     from cudnn_rnn.cells import CudnnCompatibleGRUCell, CudnnCompatibleLSTMCell, MultiRNNCell
@@ -447,6 +523,7 @@ def bench_dynamic_rnn(shape: Shape, *, device: str, repeats: int, block: float, 
         repeats=repeats,
         block=block,
         device=device,
+        warmup=warmup,
     )
     row.training = time_alternating(
         {
@@ -456,6 +533,7 @@ def bench_dynamic_rnn(shape: Shape, *, device: str, repeats: int, block: float, 
         repeats=repeats,
         block=block,
         device=device,
+        warmup=warmup,
     )
     return row
 
@@ -569,7 +647,8 @@ def report(
         "the method is in that module's docstring. Times are milliseconds per call, medians "
         "of alternating blocks in one process. Ratios below 1 mean we are faster.",
         "",
-        f"Device: **{device}**. Peak of a 2048x2048 float32 matmul: **{peak / 1e9:.1f} GFLOP/s**.",
+        f"Device: **{device}**. Peak of a 2048x2048 float32 matmul (the faster of torch's and "
+        f"onnxruntime's): **{peak / 1e9:.1f} GFLOP/s**.",
         "",
         "| | |",
         "|---|---|",
@@ -748,18 +827,25 @@ def run(
     peers: bool = True,
     memory: bool = True,
     dynamic: Shape | None = DYNAMIC_RNN_SHAPE,
+    warmup: float = 1.0,
     log: Callable[[str], None] = print,
 ) -> tuple[list[Row], Row | None]:
     """Run the suite and write ``benchmarks.{md,json,png}`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    peak = matmul_peak(device)
-    log(f"matmul peak {peak / 1e9:.1f} GFLOP/s on {device}")
+    peak, engine = matmul_peak(device)
+    log(f"matmul peak {peak / 1e9:.1f} GFLOP/s on {device} ({engine})")
     with tempfile.TemporaryDirectory() as tmp:
         for k, shape in enumerate(shapes, 1):
             log(f"[{k}/{len(shapes)}] {shape.label} ...")
             row = bench_shape(
-                shape, device=device, repeats=repeats, block=block, peers=peers, tmp=tmp
+                shape,
+                device=device,
+                repeats=repeats,
+                block=block,
+                peers=peers,
+                tmp=tmp,
+                warmup=warmup,
             )
             if memory:
                 for impl in (OURS, TORCH_NN):
@@ -776,8 +862,11 @@ def run(
         dyn = None
         if dynamic is not None:
             log(f"dynamic_rnn vs layer on {dynamic.label} ...")
-            dyn = bench_dynamic_rnn(dynamic, device=device, repeats=repeats, block=block, tmp=tmp)
+            dyn = bench_dynamic_rnn(
+                dynamic, device=device, repeats=repeats, block=block, tmp=tmp, warmup=warmup
+            )
     info = machine()
+    info["matmul peak engine"] = engine
     (out / "benchmarks.md").write_text(report(rows, dyn, peak, info, device))
     record = {
         "device": device,
@@ -814,6 +903,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--repeats", type=int, default=5, help="blocks per implementation")
     parser.add_argument("--block", type=float, default=0.2, help="seconds per timed block")
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="seconds of untimed calls per implementation"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny shapes: a check of the suite")
     parser.add_argument("--shapes", nargs="+", metavar="NAME", help="only these shapes")
     parser.add_argument("--no-peers", action="store_true", help="only ours and torch.nn")
@@ -845,6 +937,7 @@ def run_args(args: argparse.Namespace) -> int:
         peers=not args.no_peers,
         memory=not args.no_memory,
         dynamic=QUICK_SHAPES[0] if args.quick else DYNAMIC_RNN_SHAPE,
+        warmup=args.warmup,
     )
     print(f"wrote {Path(args.out) / 'benchmarks.md'}")
     return 0

@@ -16,7 +16,11 @@ The path is taken when all of these hold, otherwise the call runs on torch's ker
   requires a gradient;
 * not inside ``torch.compile`` or ``torch.jit.trace`` (which need torch operators);
 * in ``"auto"`` mode, the same weights were already used once: the first call with new weights
-  runs on torch, the second builds the session (tens of ms, once) and uses it from then on.
+  runs on torch, the second builds the session (tens of ms, once);
+* in ``"auto"`` mode, onnxruntime is faster for this problem size: each size (steps, batch,
+  lengths, initial states) is timed on both paths over its first calls and then stays on the
+  faster one (torch's oneDNN LSTM beats onnxruntime on large batches on some CPUs, onnxruntime
+  wins on GRU, plain RNNs, small batches and variable lengths on ours: docs/benchmarks.md).
 
 Sessions are cached per op object and rebuilt when the weights change. A change is seen through
 the parameter tensor's identity, data pointer and autograd version counter (every in-place
@@ -41,8 +45,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +59,7 @@ from cudnn_rnn.core.layout import Layout
 
 __all__ = [
     "BACKENDS",
+    "TRIALS",
     "clear_sessions",
     "get_inference_backend",
     "inference_backend",
@@ -64,7 +70,11 @@ __all__ = [
 #: ``"torch"``: always torch's kernels; ``"onnxruntime"``: onnxruntime wherever it applies,
 #: from the first call, and an ImportError when it is not installed.
 BACKENDS = ("auto", "torch", "onnxruntime")
+#: Timed calls per path before ``"auto"`` settles a problem size on the faster one.
+TRIALS = 5
 _ENV = "CUDNN_RNN_INFERENCE"
+_clock = time.perf_counter  # replaced by tests
+Result = tuple[Tensor, Tensor, Tensor | None]
 _SAMPLES = 64
 
 
@@ -130,6 +140,15 @@ class _Entry:
     sessions: dict[tuple[bool, bool], Any] = field(default_factory=dict)
 
 
+@dataclass
+class _Trial:
+    """Seconds per call measured on each path for one problem size."""
+
+    warm: int = 0
+    torch: list[float] = field(default_factory=list)
+    ort: list[float] = field(default_factory=list)
+
+
 class SessionCache:
     """The onnxruntime sessions of one op object (one per use of sequence lengths)."""
 
@@ -137,9 +156,13 @@ class SessionCache:
         self._layout = layout
         self._entry: _Entry | None = None
         self._failed = False
+        #: The faster path per problem size, once measured; sizes being measured.
+        self._choices: dict[tuple[int, int, bool, bool], str] = {}
+        self._trials: dict[tuple[int, int, bool, bool], _Trial] = {}
         _CACHES.add(self)
 
     def clear(self) -> None:
+        """Drop the session (the measured choices of path stay)."""
         self._entry = None
 
     # Copies and pickles (copy.deepcopy(layer), torch.save(layer)) start with no sessions.
@@ -189,26 +212,44 @@ class SessionCache:
         c0: Tensor | None,
         lengths: Tensor | None,
         time_major: bool,
-        zero_states: bool = False,
-    ) -> tuple[Tensor, Tensor, Tensor | None] | None:
-        """The forward pass on onnxruntime, or None when torch should run this call."""
-        steps = x.shape[0] if time_major else x.shape[1]
+        zero_states: bool,
+        on_torch: Callable[[], Result],
+    ) -> Result:
+        """The forward pass of a call that :meth:`applies`, on onnxruntime or ``on_torch()``.
+
+        In ``"auto"`` mode each problem size (steps, batch, lengths fed, states fed) is tried on
+        both paths, alternating, until each has :data:`TRIALS` timed calls (after two untimed
+        onnxruntime calls that warm the session up); from then on that size runs on the faster
+        one. Every call returns its own result, whichever path ran it.
+        """
+        steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
         use_lengths = lengths is not None and int(lengths.min()) < steps
-        session = self._session(params, (use_lengths, not zero_states))
+        size = (int(steps), int(batch), use_lengths, not zero_states)
+        auto = _state["backend"] == "auto"
+        choice = self._choices.get(size) if auto else "onnxruntime"
+        if choice == "torch":
+            return on_torch()
+        session = self._session(params, size[2:])
         if session is None:
-            return None
-        xt = x if time_major else x.transpose(0, 1)
-        feeds = {"X": _array(xt)}
-        if not zero_states:
-            feeds["initial_h"] = _array(h0)
-            if c0 is not None:
-                feeds["initial_c"] = _array(c0)
-        if use_lengths:
-            assert lengths is not None
-            feeds["sequence_lens"] = lengths.numpy().astype(np.int32)
-        outputs = [torch.from_numpy(a) for a in session.run(None, feeds)]
-        y = outputs[0] if time_major else outputs[0].transpose(0, 1)
-        return y, outputs[1], (outputs[2] if len(outputs) > 2 else None)
+            return on_torch()
+
+        def on_ort() -> Result:
+            return _run_session(session, x, h0, c0, lengths, time_major, zero_states, use_lengths)
+
+        if choice == "onnxruntime":
+            return on_ort()
+        trial = self._trials.setdefault(size, _Trial())
+        if trial.warm < 2:
+            trial.warm += 1
+            return on_ort()
+        side, path = ("torch", on_torch) if len(trial.torch) <= len(trial.ort) else ("ort", on_ort)
+        start = _clock()
+        out = path()
+        getattr(trial, side).append(_clock() - start)
+        if min(len(trial.torch), len(trial.ort)) >= TRIALS:
+            self._choices[size] = "onnxruntime" if min(trial.ort) <= min(trial.torch) else "torch"
+            del self._trials[size]
+        return out
 
     def _session(self, params: Tensor, key: tuple[bool, bool]) -> Any:
         fingerprint = _fingerprint(params)
@@ -257,6 +298,30 @@ class SessionCache:
         return ort.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
+
+
+def _run_session(
+    session: Any,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    time_major: bool,
+    zero_states: bool,
+    use_lengths: bool,
+) -> Result:
+    xt = x if time_major else x.transpose(0, 1)
+    feeds = {"X": _array(xt)}
+    if not zero_states:
+        feeds["initial_h"] = _array(h0)
+        if c0 is not None:
+            feeds["initial_c"] = _array(c0)
+    if use_lengths:
+        assert lengths is not None
+        feeds["sequence_lens"] = lengths.numpy().astype(np.int32)
+    outputs = [torch.from_numpy(a) for a in session.run(None, feeds)]
+    y = outputs[0] if time_major else outputs[0].transpose(0, 1)
+    return y, outputs[1], (outputs[2] if len(outputs) > 2 else None)
 
 
 def _fingerprint(params: Tensor) -> tuple[int, int, Tensor]:

@@ -276,21 +276,23 @@ class _CudnnRNN(SpecProperties):
         lengths = self._check_lengths(sequence_lengths, steps, batch)
         dropout = is_training and spec.dropout > 0.0 and spec.num_layers > 1
         states = (h,) if c is None else (h, c)
+
+        def on_torch() -> tuple[Tensor, Tensor, Tensor | None]:
+            return rnn_forward(
+                self._layout,
+                params,
+                x,
+                h,
+                c,
+                training=is_training,
+                lengths=lengths,
+                time_major=time_major,
+                generator=lambda: self._generator(x.device),
+            )
+
         if self._sessions.applies(params, x, dropout=dropout, states=states):
-            fast = self._sessions.run(params, x, h, c, lengths, time_major, zero_states)
-            if fast is not None:
-                return fast
-        return rnn_forward(
-            self._layout,
-            params,
-            x,
-            h,
-            c,
-            training=is_training,
-            lengths=lengths,
-            time_major=time_major,
-            generator=lambda: self._generator(x.device),
-        )
+            return self._sessions.run(params, x, h, c, lengths, time_major, zero_states, on_torch)
+        return on_torch()
 
     def _generator(self, device: torch.device) -> torch.Generator:
         gen = self._generators.get(device)
