@@ -26,7 +26,8 @@ FLOPs count the multiply-adds of the matrix products (2 per multiply-add; ``skip
 The peak is the best rate of a 2048x2048 float32 matmul on the same machine (torch's or
 onnxruntime's, whichever is faster). Peak memory of a
 training step is measured in a fresh process per implementation (Linux: the growth of the peak
-resident set over one step, the first, from just before it).
+resident set over one step, the second, from just before it, with glibc told to map every block
+of 64 KiB or more on its own so that the resident set follows the live tensors).
 
 ``cudnn-rnn bench`` runs it and writes ``benchmarks.md``, ``benchmarks.json`` and
 ``benchmarks.png`` into ``--out`` (``make bench``: ``docs/``).
@@ -550,24 +551,25 @@ def _peak_rss_kib() -> int:
 
 
 def _memory_probe(shape: Shape, impl: str, device: str) -> int:
-    """Bytes the peak resident set grows by over the first training step."""
+    """Bytes the peak resident set grows by over a training step (the second one)."""
     layer, x, lengths = _make(shape, device)
     grad_out = torch.ones(
         shape.steps, shape.batch, shape.units * (2 if shape.bidirectional else 1), device=device
     )
+    module = convert.to_torch(layer).to(device)  # both models exist in both cases
     if impl == TORCH_NN:
-        module = convert.to_torch(layer).to(device)
-        del layer
         step = _training(
             lambda: _torch_call(module, x, lengths), list(module.parameters()), grad_out
         )
     else:
         step = _training(lambda: _ours_call(layer, x, lengths), list(layer.parameters()), grad_out)
     if device.startswith("cuda"):
+        step()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
         step()
         return int(torch.cuda.max_memory_allocated() - before)
+    step()  # one-time allocations (skip_input's identity, oneDNN primitives) are not per step
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak to the current resident set
     before = _peak_rss_kib()
@@ -584,11 +586,15 @@ def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
         "s = bench.Shape(**json.loads(sys.argv[1])); "
         "print(bench._memory_probe(s, sys.argv[2], sys.argv[3]))"
     )
+    # glibc: every block of 64 KiB or more is its own mapping, returned when freed, so the
+    # resident set follows the live tensors (no reuse of freed heap hiding an allocation).
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     done = subprocess.run(
         [sys.executable, "-c", code, json.dumps(asdict(shape)), impl, device],
         capture_output=True,
         text=True,
         timeout=600,
+        env=env,
     )
     if done.returncode != 0:
         return None

@@ -218,9 +218,9 @@ class SessionCache:
         """The forward pass of a call that :meth:`applies`, on onnxruntime or ``on_torch()``.
 
         In ``"auto"`` mode each problem size (steps, batch, lengths fed, states fed) is tried on
-        both paths, alternating, until each has :data:`TRIALS` timed calls (after two untimed
-        onnxruntime calls that warm the session up); from then on that size runs on the faster
-        one. Every call returns its own result, whichever path ran it.
+        both paths: two untimed onnxruntime calls warm the session up, then :data:`TRIALS` timed
+        calls on torch and as many on onnxruntime; from then on that size runs on the faster
+        one (the lower best time). Every call returns its own result, whichever path ran it.
         """
         steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
         use_lengths = lengths is not None and int(lengths.min()) < steps
@@ -242,7 +242,9 @@ class SessionCache:
         if trial.warm < 2:
             trial.warm += 1
             return on_ort()
-        side, path = ("torch", on_torch) if len(trial.torch) <= len(trial.ort) else ("ort", on_ort)
+        # Blocks, not alternation: a path's first call after the other's pays for waking its
+        # threads and caches, which is not what a steady run of one size sees.
+        side, path = ("torch", on_torch) if len(trial.torch) < TRIALS else ("ort", on_ort)
         start = _clock()
         out = path()
         getattr(trial, side).append(_clock() - start)
