@@ -120,3 +120,66 @@ def test_console_script_help() -> None:
         check=False,
     )
     assert result.returncode == 0 and "inspect" in result.stdout and "convert" in result.stdout
+
+
+def test_help_lists_every_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cudnn_rnn.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "tf.contrib.cudnn_rnn re-created on PyTorch" in result.stdout
+    for command in ("demo", "inspect", "convert", "bench"):
+        assert f"\n    {command} " in result.stdout, command
+
+
+def test_bench_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--quick" in out and "--out" in out and "benchmarks.md" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-100x64x512, "),
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
+        (["--repeats", "-3"], "--repeats must be an integer >= 1, got -3."),
+        (["--block", "0"], "--block must be a number of seconds > 0, got 0.0."),
+        (["--block", "nan"], "--block must be a number of seconds > 0, got nan."),
+        (["--warmup", "-1"], "--warmup must be a number of seconds >= 0, got -1.0."),
+        (["--device", "gpu"], "--device 'gpu' is not a device; use cpu, cuda or cuda:N."),
+        (["--device", "meta"], "--device must be cpu, cuda or cuda:N, got 'meta'."),
+    ],
+)
+def test_bench_bad_options_exit_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("cudnn-rnn: error: " + message)
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_bench_unknown_shape_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    from cudnn_rnn.bench import QUICK_SHAPES, SHAPES
+
+    assert main(["bench", "--shapes", "lstm-quick", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert all(shape.name in err for shape in (*SHAPES, *QUICK_SHAPES))
+
+
+def test_bench_quick_run_writes_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench"
+    argv = ["--quick", "--no-memory", "--no-peers", "--repeats", "1", "--block", "0.001"]
+    assert main(["bench", *argv, "--warmup", "0", "--out", str(out)]) == 0
+    report = (out / "benchmarks.md").read_text()
+    assert "## Inference" in report and "## Training" in report and "lstm (10, 4" in report
+    assert (out / "benchmarks.json").is_file()
+    assert f"wrote {out / 'benchmarks.md'}" in capsys.readouterr().out

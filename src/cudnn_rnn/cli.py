@@ -1,4 +1,4 @@
-"""The ``cudnn-rnn`` command: inspect and convert RNN checkpoints and models.
+"""The ``cudnn-rnn`` command: demo, inspect, convert and benchmark RNN models and checkpoints.
 
 ``cudnn-rnn inspect PATH`` lists tensors (name, shape, dtype) and the model configuration it
 detects, for our safetensors checkpoints, TF1 checkpoints (``PREFIX`` or ``PREFIX.index``), ONNX
@@ -6,7 +6,9 @@ models and torch state_dicts (``.pt``/``.pth``). ``cudnn-rnn convert SRC DST`` m
 between those formats; the destination's format follows its extension (``.safetensors``,
 ``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
 ``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
-in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`).
+in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-rnn bench`` runs
+the benchmark suite against ``torch.nn``, onnxruntime and Keras and writes ``benchmarks.md``,
+``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do.
 """
@@ -240,12 +242,39 @@ def _convert(args: argparse.Namespace) -> None:
     )
 
 
+DESCRIPTION = (
+    "cudnn-rnn: TensorFlow 1.x's tf.contrib.cudnn_rnn re-created on PyTorch (cuDNN-exact LSTM, "
+    "GRU and RNN layers on CPU and GPU). This command trains and verifies a demo model, inspects "
+    "and converts RNN checkpoints and models (our safetensors, TF1 checkpoints without "
+    "TensorFlow, ONNX, torch state_dicts) and benchmarks the library against its peers."
+)
+EPILOG = "Run 'cudnn-rnn COMMAND --help' for the options of a command."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cudnn-rnn", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    inspect = sub.add_parser("inspect", help="list tensors and the detected model of a file")
+    parser = argparse.ArgumentParser(prog="cudnn-rnn", description=DESCRIPTION, epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    demo_cmd = sub.add_parser(
+        "demo",
+        help="train, save, restore and verify a CudnnLSTM character model",
+        description=demo.DESCRIPTION,
+        epilog=demo.EPILOG,
+    )
+    demo.add_arguments(demo_cmd)
+    inspect = sub.add_parser(
+        "inspect",
+        help="list the tensors and the detected model(s) of a file",
+        description="List the tensors (name, shape, dtype) of PATH and the model(s) they "
+        "describe: our .safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx, or a "
+        "torch state_dict (.pt/.pth).",
+    )
     inspect.add_argument("path")
-    convert_cmd = sub.add_parser("convert", help="convert one model between file formats")
+    convert_cmd = sub.add_parser(
+        "convert",
+        help="convert one model between safetensors, TF1, ONNX, torch",
+        description="Convert the one model in SRC to DST; DST's extension picks the format "
+        "(.safetensors, .onnx, .pt/.pth; anything else: a TF1 checkpoint prefix).",
+    )
     convert_cmd.add_argument("src")
     convert_cmd.add_argument("dst")
     for p in (inspect, convert_cmd):
@@ -254,13 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
             choices=("tanh", "relu"),
             help="for plain RNNs, whose files do not record it",
         )
-    demo_cmd = sub.add_parser(
-        "demo",
-        help="train a character model on CudnnLSTM; save, restore and verify it",
-        description=demo.DESCRIPTION,
-        epilog=demo.EPILOG,
+    from cudnn_rnn import bench  # its options; the suite itself runs only in _bench
+
+    bench_cmd = sub.add_parser(
+        "bench",
+        help="benchmark against torch.nn, onnxruntime and Keras",
+        description=(bench.__doc__ or "").split("\n\n")[0].replace("``", ""),
+        epilog="Writes benchmarks.md, benchmarks.json and benchmarks.png into --out (make bench: "
+        "docs/). --quick runs tiny shapes: a check of the suite, not a measurement.",
     )
-    demo.add_arguments(demo_cmd)
+    bench.build_parser(bench_cmd)
     return parser
 
 
@@ -277,11 +309,23 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from cudnn_rnn import bench
+
+    try:
+        return bench.run_args(args)
+    except (ValueError, OSError) as err:  # e.g. --repeats 0, --shapes nope, an unwritable --out
+        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "bench":
+        return _bench(args)
     path = getattr(args, "path", None) or args.src
     if not (Path(path).exists() or Path(path + ".index").exists()):
         print(
