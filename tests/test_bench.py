@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from cudnn_rnn import bench
 from cudnn_rnn.bench import Shape
@@ -105,6 +106,24 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     assert rows[0].shape == shape and dyn is not None
 
 
-def test_unknown_shape_names_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"unknown shape\(s\) nope; choose from lstm-100x64x512"):
-        bench.main(["--shapes", "nope"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-100x64x512"),
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
+        (["--block", "-1"], "--block must be a number of seconds > 0, got -1.0."),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cudnn-rnn bench: error: " + message) and err.count("\n") == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_failing_memory_probe_says_why() -> None:
+    shape = Shape("lstm-test", "lstm", 3, 2, 4, 4, 1)
+    with pytest.raises(RuntimeError, match=r"memory probe of torch\.nn on lstm-test failed: \w"):
+        bench.measure_memory(shape, bench.TORCH_NN, "cuda")  # the probe cannot build on CUDA

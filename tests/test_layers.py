@@ -12,7 +12,7 @@ import torch
 
 import cudnn_rnn
 from cudnn_rnn.core.reference import rnn_forward as oracle
-from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
+from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, layer_of
 
 LAYERS = {"lstm": CudnnLSTM, "gru": CudnnGRU, "rnn_tanh": CudnnRNNTanh, "rnn_relu": CudnnRNNRelu}
 
@@ -64,6 +64,28 @@ def test_layer_matches_oracle(
     for got, expected in zip(state, want[1:]):
         assert expected is not None
         np.testing.assert_allclose(got.detach().numpy(), expected, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mode": "lstm", "num_layers": 2, "num_units": 5, "input_size": 3, "num_proj": 2},
+        {
+            "mode": "gru",
+            "num_layers": 1,
+            "num_units": 4,
+            "input_size": 4,
+            "input_mode": "skip_input",
+            "direction": "bidirectional",
+        },
+        {"mode": "rnn_relu", "num_layers": 3, "num_units": 2, "input_size": 6, "dropout": 0.5},
+    ],
+)
+def test_layer_of_spec_has_that_spec(kwargs: dict[str, object]) -> None:
+    spec = cudnn_rnn.RNNSpec(**kwargs)  # type: ignore[arg-type]
+    layer = layer_of(spec, dtype=torch.float64)
+    assert type(layer) is LAYERS[spec.mode] and layer.built
+    assert layer.spec == spec and layer.opaque_kernel.dtype == torch.float64
 
 
 def test_build_lazily_and_eagerly() -> None:

@@ -60,7 +60,7 @@ import cudnn_rnn
 from cudnn_rnn import convert, inference
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
+from cudnn_rnn.layers import _CudnnRNN, layer_of
 
 __all__ = ["SHAPES", "Shape", "main", "run"]
 
@@ -164,16 +164,7 @@ PEERS = (TORCH_NN, ORT_OURS, ORT_TORCH, KERAS)
 
 def _make(shape: Shape, device: str, seed: int = 0) -> tuple[_CudnnRNN, Tensor, Tensor | None]:
     torch.manual_seed(seed)
-    cls = LAYER_CLASSES[shape.mode]
-    spec = shape.spec()
-    layer = cls(
-        spec.num_layers,
-        spec.num_units,
-        input_mode=spec.input_mode,
-        direction=spec.direction,
-        input_size=spec.input_size,
-        device=device,
-    )
+    layer = layer_of(shape.spec(), device=device)
     x = torch.randn(shape.steps, shape.batch, shape.input_size, device=device)
     lengths = shape.lengths()
     return layer, x, (torch.tensor(lengths) if lengths is not None else None)
@@ -578,7 +569,10 @@ def _memory_probe(shape: Shape, impl: str, device: str) -> int:
 
 
 def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
-    """Run :func:`_memory_probe` in a fresh interpreter; None where it cannot be measured."""
+    """Run :func:`_memory_probe` in a fresh interpreter; None where the OS cannot measure it.
+
+    A probe that fails raises RuntimeError with the last line of its error output.
+    """
     if not device.startswith("cuda") and not os.path.exists("/proc/self/clear_refs"):
         return None
     code = (
@@ -597,7 +591,8 @@ def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
         env=env,
     )
     if done.returncode != 0:
-        return None
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise RuntimeError(f"memory probe of {impl} on {shape.name} failed: {last}")
     return int(done.stdout.split()[-1])
 
 
@@ -703,6 +698,7 @@ def report(
         )
     lines += ["", "## Targets", ""]
     lines += _targets(rows, dynamic)
+    lines += ["", TARGETS_NOTE]
     if dynamic is not None:
         lines += [
             "",
@@ -724,6 +720,12 @@ def report(
     if notes:
         lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
+
+
+TARGETS_NOTE = (
+    "Why a target is not met, as far as we measured it: [design_notes.md]"
+    "(design_notes.md#targets-not-met-and-why)."
+)
 
 
 def _targets(rows: Sequence[Row], dynamic: Row | None) -> list[str]:
@@ -855,7 +857,12 @@ def run(
             )
             if memory:
                 for impl in (OURS, TORCH_NN):
-                    value = measure_memory(shape, impl, device)
+                    try:
+                        value = measure_memory(shape, impl, device)
+                    except RuntimeError as err:
+                        log(f"    {err}")
+                        row.notes.append(str(err))
+                        continue
                     if value is not None:
                         row.memory[impl] = value
             rows.append(row)
@@ -921,10 +928,36 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_args(args)
+    try:
+        return run_args(args)
+    except (ValueError, OSError) as err:
+        print(f"cudnn-rnn bench: error: {err}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The checks argparse's types do not make; ValueError with one line saying what to do."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be an integer >= 1, got {args.repeats}.")
+    if not args.block > 0:  # also refuses nan
+        raise ValueError(f"--block must be a number of seconds > 0, got {args.block}.")
+    if not args.warmup >= 0:
+        raise ValueError(f"--warmup must be a number of seconds >= 0, got {args.warmup}.")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as err:
+        raise ValueError(
+            f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N."
+        ) from err
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: CUDA is not available here; use --device cpu.")
 
 
 def run_args(args: argparse.Namespace) -> int:
+    """Run the suite as the parsed options say; ValueError (one line) on bad options."""
+    check_args(args)
     shapes = QUICK_SHAPES if args.quick else SHAPES
     if args.shapes:
         known = {s.name: s for s in (*SHAPES, *QUICK_SHAPES)}

@@ -1,11 +1,11 @@
 """Inference through onnxruntime: the faster CPU path for calls that need no gradient.
 
-On CPU, onnxruntime's LSTM/GRU/RNN kernels run a forward pass faster than torch's (less work per
-time step: 0.5x-0.8x torch's time on our benchmarks, docs/benchmarks.md). So when a call needs no
-gradient, the ops and layers hand it to an onnxruntime session built from the same weights (the
-graph of :func:`cudnn_rnn.formats.onnx.model_proto`: standard ONNX operators that compute cuDNN's
-math). Results equal the torch path to float32 rounding (the tests check both against the NumPy
-oracle).
+On CPU, onnxruntime's LSTM/GRU/RNN kernels often run a forward pass faster than torch's (less
+work per time step; which one wins depends on mode, shape and CPU: docs/benchmarks.md). So when
+a call needs no gradient, the ops and layers hand it to an onnxruntime session built from the
+same weights (the graph of :func:`cudnn_rnn.formats.onnx.model_proto`: standard ONNX operators
+that compute cuDNN's math). Results equal the torch path to float32 rounding (the tests check
+both against the NumPy oracle).
 
 The path is taken when all of these hold, otherwise the call runs on torch's kernels:
 

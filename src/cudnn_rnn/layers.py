@@ -44,7 +44,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
 
-__all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
+__all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh", "layer_of"]
 
 Initializer = Callable[[tuple[int, ...]], Any]
 
@@ -583,3 +583,21 @@ LAYER_CLASSES: dict[str, type[_CudnnRNN]] = {
     CUDNN_RNN_TANH: CudnnRNNTanh,
     CUDNN_RNN_RELU: CudnnRNNRelu,
 }
+
+
+def layer_of(spec: RNNSpec, **kwargs: Any) -> _CudnnRNN:
+    """A layer of ``spec``'s configuration (built when ``spec.input_size`` is set).
+
+    ``kwargs`` go to the constructor (``dtype``, ``device``, ``seed``, ``kernel_initializer``...).
+    """
+    extra: dict[str, Any] = {"num_proj": spec.num_proj} if spec.num_proj is not None else {}
+    return LAYER_CLASSES[spec.mode](
+        spec.num_layers,
+        spec.num_units,
+        input_mode=spec.input_mode,
+        direction=spec.direction,
+        dropout=spec.dropout,
+        input_size=spec.input_size,
+        **extra,
+        **kwargs,
+    )

@@ -17,7 +17,7 @@ from torch import Tensor
 from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
 from cudnn_rnn.core.layout import PROJECTION, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
+from cudnn_rnn.layers import _CudnnRNN, layer_of
 
 __all__ = ["BlockKey", "layer_canonical", "layer_from_canonical", "stack_gates", "unstack_gates"]
 
@@ -95,21 +95,13 @@ def layer_from_canonical(
     owner: str,
 ) -> _CudnnRNN:
     """A built layer of ``spec`` (dropout included) holding the canonical ``(weights, biases)``."""
-    cls = LAYER_CLASSES[spec.mode]
-    extra: dict[str, Any] = {"num_proj": spec.num_proj} if spec.num_proj is not None else {}
-    layer = cls(
-        spec.num_layers,
-        spec.num_units,
-        input_mode=spec.input_mode,
-        direction=spec.direction,
-        dropout=spec.dropout,
+    layer = layer_of(
+        spec,
         dtype=dtype,
         # Zeros, not a random draw: every value is overwritten below, and the global RNG is
         # left alone.
         kernel_initializer=lambda shape: torch.zeros(shape, dtype=dtype),
-        input_size=spec.input_size,
         device=device,
-        **extra,
     )
     flat = layout_of(layer.spec).pack(
         [w.to(device, dtype) for w in weights], [b.to(device, dtype) for b in biases], owner=owner
