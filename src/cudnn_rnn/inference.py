@@ -60,6 +60,7 @@ from cudnn_rnn.core.layout import Layout
 __all__ = [
     "BACKENDS",
     "TRIALS",
+    "TRIAL_BLOCK",
     "clear_sessions",
     "get_inference_backend",
     "inference_backend",
@@ -70,8 +71,10 @@ __all__ = [
 #: ``"torch"``: always torch's kernels; ``"onnxruntime"``: onnxruntime wherever it applies,
 #: from the first call, and an ImportError when it is not installed.
 BACKENDS = ("auto", "torch", "onnxruntime")
-#: Timed calls per path before ``"auto"`` settles a problem size on the faster one.
-TRIALS = 5
+#: Timed calls per path before ``"auto"`` settles a problem size on the faster one, taken in
+#: blocks of :data:`TRIAL_BLOCK` that alternate between the paths (torch first).
+TRIALS = 6
+TRIAL_BLOCK = 3
 _ENV = "CUDNN_RNN_INFERENCE"
 _clock = time.perf_counter  # replaced by tests
 Result = tuple[Tensor, Tensor, Tensor | None]
@@ -219,8 +222,9 @@ class SessionCache:
 
         In ``"auto"`` mode each problem size (steps, batch, lengths fed, states fed) is tried on
         both paths: two untimed onnxruntime calls warm the session up, then :data:`TRIALS` timed
-        calls on torch and as many on onnxruntime; from then on that size runs on the faster
-        one (the lower best time). Every call returns its own result, whichever path ran it.
+        calls on each path, in alternating blocks of :data:`TRIAL_BLOCK`; from then on that size
+        runs on the faster one (the lower best time). Every call returns its own result,
+        whichever path ran it.
         """
         steps, batch = (x.shape[0], x.shape[1]) if time_major else (x.shape[1], x.shape[0])
         use_lengths = lengths is not None and int(lengths.min()) < steps
@@ -242,9 +246,11 @@ class SessionCache:
         if trial.warm < 2:
             trial.warm += 1
             return on_ort()
-        # Blocks, not alternation: a path's first call after the other's pays for waking its
-        # threads and caches, which is not what a steady run of one size sees.
-        side, path = ("torch", on_torch) if len(trial.torch) < TRIALS else ("ort", on_ort)
+        # Blocks, not call-by-call alternation: a path's first call after the other's pays for
+        # waking its threads and caches, which a steady run of one size does not. More than one
+        # block per path: a burst of load from elsewhere that covers one block cannot decide.
+        done = len(trial.torch) + len(trial.ort)
+        side, path = ("torch", on_torch) if done // TRIAL_BLOCK % 2 == 0 else ("ort", on_ort)
         start = _clock()
         out = path()
         getattr(trial, side).append(_clock() - start)
