@@ -127,3 +127,14 @@ def test_a_failing_memory_probe_says_why() -> None:
     shape = Shape("lstm-test", "lstm", 3, 2, 4, 4, 1)
     with pytest.raises(RuntimeError, match=r"memory probe of torch\.nn on lstm-test failed: \w"):
         bench.measure_memory(shape, bench.TORCH_NN, "cuda")  # the probe cannot build on CUDA
+
+
+def test_the_warm_up_lets_our_inference_path_settle() -> None:
+    pytest.importorskip("onnxruntime")
+    shape = Shape("lstm-test", "lstm", 5, 2, 4, 4, 1)
+    layer, x, _ = bench._make(shape, "cpu")
+    cache = layer._op._sessions  # type: ignore[union-attr]
+    with torch.no_grad():
+        for _ in range(bench.WARMUP_CALLS):
+            layer(x)
+    assert list(cache._choices) == [(5, 2, False, False)] and not cache._trials

@@ -334,6 +334,11 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: Enough for our inference path's choice (a first call on torch, two warm-up calls of which the
+#: first builds the session, then inference.TRIALS timed calls per path), plus a margin.
+WARMUP_CALLS = 3 + 2 * inference.TRIALS + 5
+
+
 def time_alternating(
     fns: dict[str, Callable[[], None]],
     *,
@@ -344,8 +349,9 @@ def time_alternating(
 ) -> dict[str, float]:
     """Median seconds per call of each function, measured in alternating blocks.
 
-    Each function first runs for ``warmup`` seconds (at least 2 calls, and up to 15 within 5x
-    that time, which lets our inference path finish choosing between its two backends).
+    Each function first runs for ``warmup`` seconds (at least 2 calls, and up to
+    :data:`WARMUP_CALLS` within 5x that time, which lets our inference path finish choosing
+    between its two backends).
     """
     counts: dict[str, int] = {}
     for name, fn in fns.items():
@@ -355,7 +361,8 @@ def time_alternating(
             _sync(device)
             calls += 1
             elapsed = time.perf_counter() - start
-            if calls >= 2 and elapsed >= warmup and (calls >= 15 or elapsed >= 5 * warmup):
+            enough = calls >= WARMUP_CALLS or elapsed >= 5 * warmup
+            if calls >= 2 and elapsed >= warmup and enough:
                 break
         start = time.perf_counter()
         fn()
