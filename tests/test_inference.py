@@ -8,6 +8,7 @@ import itertools
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -283,31 +284,45 @@ def test_copies_and_pickles_drop_sessions(builds: list[Any]) -> None:
     assert len(builds) == 3
 
 
-@pytest.mark.parametrize("slow_block", [0, 1])
-def test_a_burst_of_load_during_one_block_does_not_decide(
-    slow_block: int, builds: list[Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """torch is faster, but one of its trial blocks runs 10x slow (another process's burst)."""
+def _virtual_clock(
+    monkeypatch: pytest.MonkeyPatch,
+    torch_cost: Callable[[list[str]], float],
+    ort_cost: Callable[[list[str]], float],
+) -> list[str]:
+    """Each path advances a virtual clock by its cost (given the paths run so far); returns
+    the list of paths run, in order."""
     now = [0.0]
     ran: list[str] = []
     run_session = inference._run_session
     rnn_forward = cudnn_rnn.ops.rnn_forward
 
     def timed_session(*args: Any) -> Any:
-        now[0] += 2.0
+        now[0] += ort_cost(ran)
         ran.append("onnxruntime")
         return run_session(*args)
 
     def timed_torch(*args: Any, **kwargs: Any) -> Any:
-        timed = [i for i, r in enumerate(ran) if r == "torch"][1:]  # the first use is untimed
-        block = len(timed) // inference.TRIAL_BLOCK
-        now[0] += 10.0 if block == slow_block else 1.0
+        now[0] += torch_cost(ran)
         ran.append("torch")
         return rnn_forward(*args, **kwargs)
 
     monkeypatch.setattr(inference, "_clock", lambda: now[0])
     monkeypatch.setattr(inference, "_run_session", timed_session)
     monkeypatch.setattr(cudnn_rnn.ops, "rnn_forward", timed_torch)
+    return ran
+
+
+@pytest.mark.parametrize("slow_block", [0, 1])
+def test_a_burst_of_load_during_one_block_does_not_decide(
+    slow_block: int, builds: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch is faster, but one of its trial blocks runs 10x slow (another process's burst)."""
+
+    def torch_cost(ran: list[str]) -> float:
+        timed = ran.count("torch") - 1  # the first use is untimed
+        return 10.0 if timed // inference.TRIAL_BLOCK == slow_block else 1.0
+
+    ran = _virtual_clock(monkeypatch, torch_cost, lambda _: 2.0)
     op, case, params = _lstm_case()
     for _ in range(1 + 2 + 2 * inference.TRIALS):
         _call(op, case, params)
@@ -322,29 +337,8 @@ def test_auto_settles_each_size_on_the_faster_path(
     faster: str, builds: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A virtual clock makes one path look faster; after the trials every call takes it."""
-    now = [0.0]
-    ran: list[str] = []
-    cost = (
-        {"torch": 1.0, "onnxruntime": 10.0}
-        if faster == "torch"
-        else {"torch": 10.0, "onnxruntime": 1.0}
-    )
-    run_session = inference._run_session
-    rnn_forward = cudnn_rnn.ops.rnn_forward
-
-    def timed_session(*args: Any) -> Any:
-        now[0] += cost["onnxruntime"]
-        ran.append("onnxruntime")
-        return run_session(*args)
-
-    def timed_torch(*args: Any, **kwargs: Any) -> Any:
-        now[0] += cost["torch"]
-        ran.append("torch")
-        return rnn_forward(*args, **kwargs)
-
-    monkeypatch.setattr(inference, "_clock", lambda: now[0])
-    monkeypatch.setattr(inference, "_run_session", timed_session)
-    monkeypatch.setattr(cudnn_rnn.ops, "rnn_forward", timed_torch)
+    torch_cost, ort_cost = (1.0, 10.0) if faster == "torch" else (10.0, 1.0)
+    ran = _virtual_clock(monkeypatch, lambda _: torch_cost, lambda _: ort_cost)
     op, case, params = _lstm_case()
     want = _expected(op, case, params)
     ran.clear()
