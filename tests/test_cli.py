@@ -183,3 +183,14 @@ def test_bench_quick_run_writes_the_report(
     assert "## Inference" in report and "## Training" in report and "lstm (10, 4" in report
     assert (out / "benchmarks.json").is_file()
     assert f"wrote {out / 'benchmarks.md'}" in capsys.readouterr().out
+
+
+def test_bench_unwritable_out_exits_2_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["bench", "--quick", "--out", str(blocker / "bench")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("cudnn-rnn: error: ") and str(blocker) in captured.err
+    assert captured.err.count("\n") == 1 and "matmul peak" not in captured.out

@@ -934,11 +934,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_checked(build_parser().parse_args(argv))
+
+
+def run_checked(args: argparse.Namespace, prog: str = "cudnn-rnn bench") -> int:
+    """:func:`run_args`; bad options or an unwritable --out: one line on stderr, exit code 2."""
     try:
         return run_args(args)
-    except (ValueError, OSError) as err:
-        print(f"cudnn-rnn bench: error: {err}".splitlines()[0], file=sys.stderr)
+    except (ValueError, OSError) as err:  # e.g. --repeats 0, --shapes nope
+        print(f"{prog}: error: {err}".splitlines()[0], file=sys.stderr)
         return 2
 
 

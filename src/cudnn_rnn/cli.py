@@ -312,11 +312,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from cudnn_rnn import bench
 
-    try:
-        return bench.run_args(args)
-    except (ValueError, OSError) as err:  # e.g. --repeats 0, --shapes nope, an unwritable --out
-        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+    return bench.run_checked(args, prog="cudnn-rnn")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
