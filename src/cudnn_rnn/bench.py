@@ -13,7 +13,7 @@ Peers (each skipped, with a note, when it is not installed):
   shapes, ``torch.onnx.export`` of the ``torch.nn`` module; the faster of the two is the peer.
   Each runs alone in a fresh process: a default session keeps its threads spinning after a
   run, which starved whatever ran next in the same process (torch.nn ran up to 10x slower);
-  our own sessions do not spin (:mod:`cudnn_rnn.inference`);
+  our own sessions stop their threads when a call returns (:mod:`cudnn_rnn.inference`);
 * Keras 3 (``convert.to_keras``; backend from ``$KERAS_BACKEND``, torch if unset), full-length
   shapes only.
 
@@ -275,20 +275,40 @@ def _ort_peers(
     else:
         notes.append("torch.onnx.export: full-length sequences only (no packed sequences)")
     times = {}
-    code = (
-        "import json, sys; from cudnn_rnn import bench; a = json.loads(sys.argv[1]); "
-        "print(bench._ort_probe(a[0], bench.Shape(**a[1]), a[2], a[3], a[4], a[5]))"
-    )
     for name, (model, input_name) in models.items():
-        args = json.dumps([model, asdict(shape), input_name, repeats, block, warmup])
-        done = subprocess.run(
-            [sys.executable, "-c", code, args], capture_output=True, text=True, timeout=1800
-        )
-        if done.returncode != 0:
-            notes.append(f"{name} failed: {done.stderr.strip().splitlines()[-1:]}")
+        try:
+            out = _in_fresh_process(
+                "_ort_probe", model, shape, input_name, repeats, block, warmup, timeout=1800
+            )
+        except RuntimeError as err:
+            notes.append(f"{name} failed: {err}")
             continue
-        times[name] = float(done.stdout.split()[-1])
+        times[name] = float(out)
     return times, notes
+
+
+def _in_fresh_process(
+    function: str, *args: Any, timeout: float, env: dict[str, str] | None = None
+) -> str:
+    """What ``bench.<function>(*args)`` prints, run in a fresh interpreter (a :class:`Shape`
+    argument travels as JSON); RuntimeError with the last line of its error output if it fails."""
+    code = (
+        "import json, sys; from cudnn_rnn import bench; "
+        "a = [bench.Shape(**v) if isinstance(v, dict) else v for v in json.loads(sys.argv[2])]; "
+        "print(getattr(bench, sys.argv[1])(*a))"
+    )
+    encoded = json.dumps([asdict(a) if isinstance(a, Shape) else a for a in args])
+    done = subprocess.run(
+        [sys.executable, "-c", code, function, encoded],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise RuntimeError(last)
+    return done.stdout.split()[-1]
 
 
 def _keras_peer(
@@ -582,25 +602,13 @@ def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
     """
     if not device.startswith("cuda") and not os.path.exists("/proc/self/clear_refs"):
         return None
-    code = (
-        "import json, sys; from cudnn_rnn import bench; "
-        "s = bench.Shape(**json.loads(sys.argv[1])); "
-        "print(bench._memory_probe(s, sys.argv[2], sys.argv[3]))"
-    )
     # glibc: every block of 64 KiB or more is its own mapping, returned when freed, so the
     # resident set follows the live tensors (no reuse of freed heap hiding an allocation).
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    done = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(asdict(shape)), impl, device],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise RuntimeError(f"memory probe of {impl} on {shape.name} failed: {last}")
-    return int(done.stdout.split()[-1])
+    try:
+        return int(_in_fresh_process("_memory_probe", shape, impl, device, timeout=600, env=env))
+    except RuntimeError as err:
+        raise RuntimeError(f"memory probe of {impl} on {shape.name} failed: {err}") from err
 
 
 # -- the report ------------------------------------------------------------------------------------
