@@ -43,7 +43,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import loop, onednn
+from cudnn_rnn.engines import loop, native, onednn
 
 __all__ = ["GOLDEN", "rnn"]
 
@@ -180,7 +180,7 @@ def _forward_impl(
         y = x.new_empty(steps, 0, spec.num_dirs * spec.output_units)
         hy = h0.new_empty(h0.shape)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
-        ws = x.new_empty(engines.workspace_numel(engine, spec, steps, 0))
+        ws = x.new_empty(engines.workspace_numel(engine, spec, steps, 0, need_grad))
         if engines.has_reserve(engine):  # what the fake says, with no batch
             reserve = [
                 _empty(x, torch.uint8) if k < spec.num_states else x.new_empty(steps, 0, num_units)
@@ -192,6 +192,11 @@ def _forward_impl(
         y, hy, cy, reserve = onednn.forward(
             layout, params, x.contiguous(), h0.contiguous(), c0.contiguous(), masks
         )
+    elif engine == engines.NATIVE:
+        y, hy, c_n, workspace = native.forward(
+            layout, params, x, h0, c0, cpu_lengths, masks, need_grad
+        )
+        cy = c_n if c_n is not None else _empty(x)
     elif engine == engines.LOOP:
         y, hy, c_n, workspace = loop.forward(layout, params, x, h0, c0, cpu_lengths, masks)
         cy = c_n if c_n is not None else _empty(x)
@@ -232,7 +237,7 @@ def _rnn_fake(
         masks = x.new_empty(num_layers - 1, steps, batch, spec.num_dirs * spec.output_units)
     else:
         masks = _empty(x)
-    workspace = x.new_empty(engines.workspace_numel(engine, spec, steps, batch))
+    workspace = x.new_empty(engines.workspace_numel(engine, spec, steps, batch, need_grad))
     reserve = []
     if engines.has_reserve(engine):  # oneDNN's workspaces (lengths only it knows), outputs
         ctx = torch.library.get_ctx()
@@ -315,10 +320,11 @@ def _backward_impl(
             y, hy, cy, reserve, dy.contiguous(), dhy.contiguous(), dcy.contiguous(),
         )  # fmt: skip
         return dparams, dx, dh0, dc0
-    if engine != engines.LOOP:
+    if engine not in (engines.LOOP, engines.NATIVE):
         raise RuntimeError(f"cudnn_rnn::rnn_backward: engine {engine!r} keeps no workspace")
     cpu_lengths = _check_lengths(lengths, steps)
-    dparams, dx, dh0, dc0_or_none = loop.backward(
+    run = native.backward if engine == engines.NATIVE else loop.backward
+    dparams, dx, dh0, dc0_or_none = run(
         layout, params, x, h0, c0, cpu_lengths, mask, workspace, dy, dhy,
         dcy if c0 is not None else None,
     )  # fmt: skip

@@ -4,11 +4,13 @@ The rule looks only at what is fixed before the call runs (so the operator's fak
 implementation knows the shapes of what the engine keeps for its backward pass):
 
 ==============================  ==========================================================
+CPU, float32, no projection,    ``native``: our C time loops under torch's GEMMs, with or
+the native engine loaded        without gradient, traced or not (:mod:`.native`)
 no gradient needed              ``torch``: torch's fused kernels (oneDNN or native on CPU,
                                 cuDNN on CUDA), nothing kept (:mod:`cudnn_rnn.functional`)
 gradient needed, CPU, LSTM,     ``onednn``: oneDNN's LSTM layer and its backward, as
-float32, no projection, no      torch.nn.LSTM trains on CPU (:mod:`.onednn`)
-sequence_lengths, not traced
+float32, no projection, no      torch.nn.LSTM trains on CPU (:mod:`.onednn`); only when
+sequence_lengths, not traced    the native engine is not loaded
 gradient needed, otherwise      ``loop``: our time loop on torch operators with our own
                                 back-propagation through time (:mod:`.loop`)
 ==============================  ==========================================================
@@ -16,9 +18,13 @@ gradient needed, otherwise      ``loop``: our time loop on torch operators with 
 "Traced" means the call is being compiled or exported: oneDNN's workspace has a length only
 oneDNN knows, which a graph could only carry as a data-dependent size (a graph break in
 ``torch.compile`` without ``fullgraph``), so traced calls keep our loop's workspace, whose length
-follows from the shapes. The two agree to float32 rounding (tests/test_operator.py).
+follows from the shapes. The native engine's workspace has the loop's layout (its length
+follows from the shapes too). The engines agree to float32 rounding (tests/test_operator.py,
+tests/test_native.py).
 
-The next engine (our native CPU code) is one more row here; the operator does not change.
+float64, float16 and bfloat16, projection and CUDA stay on torch's kernels and the loop.
+Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on the other rows as well;
+``cudnn_rnn.cpu_engine()`` says which engine CPU float32 calls run.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ import torch
 
 from cudnn_rnn.core.constants import CUDNN_LSTM
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import loop, onednn
+from cudnn_rnn.engines import common, loop, native, onednn
 
 TORCH = "torch"
 ONEDNN = onednn.NAME
 LOOP = loop.NAME
-ENGINES = (TORCH, ONEDNN, LOOP)
+NATIVE = native.NAME
+ENGINES = (NATIVE, TORCH, ONEDNN, LOOP)
 
 
 def select(
@@ -46,6 +53,8 @@ def select(
     traced: bool = False,
 ) -> str:
     """The engine for a call (see the table in this module's docstring)."""
+    if native.supports(spec, device, dtype):
+        return NATIVE
     if not need_grad:
         return TORCH
     if (
@@ -61,12 +70,16 @@ def select(
     return LOOP
 
 
-def workspace_numel(engine: str, spec: RNNSpec, steps: Any, batch: Any) -> Any:
+def workspace_numel(
+    engine: str, spec: RNNSpec, steps: Any, batch: Any, need_grad: bool = True
+) -> Any:
     """Length of the workspace the engine keeps for backward (symbolic sizes work)."""
+    if not need_grad:
+        return 0
     if engine == ONEDNN:
         return onednn.workspace_numel(spec, steps, batch)
-    if engine == LOOP:
-        return loop.workspace_numel(spec, steps, batch)
+    if engine in (LOOP, NATIVE):
+        return common.workspace_numel(spec, steps, batch)
     return 0
 
 

@@ -10,11 +10,12 @@ starts at the last valid step) and the dropout masks the operator drew
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.layout import Block, Layout
 from cudnn_rnn.core.spec import RNNSpec
 
@@ -79,3 +80,87 @@ def reverse_within(x: Tensor, lengths: Tensor | None) -> Tensor:
     n = lengths.to(x.device)[None, :]
     index = torch.where(t < n, n - 1 - t, t)  # [T, B]
     return x[index, torch.arange(batch, device=x.device)[None, :]]
+
+
+# ---- the workspace of the training engines (``loop`` and ``native``) --------------------------
+#
+# One buffer of the parameters' dtype, in order: per pseudo-layer ``gates [T, B, G*H]`` (after
+# their activations; the plain RNN keeps its new ``h``), ``hseq [T, B, Hout]``, then ``extra
+# [T, B, H]`` (LSTM: the cell state after each step; GRU: ``R_h h' + bR_h``, which the reset gate
+# scales); then per layer after the first its input ``[T, B, D*Hout]`` (after dropout). Each
+# engine's docstring says in which time order it fills them and which state ``hseq`` holds.
+
+
+def _extra(spec: RNNSpec) -> int:
+    """Width of the per-step tensor kept besides gates and h (cseq or ghn)."""
+    return spec.num_units if spec.mode in (CUDNN_LSTM, CUDNN_GRU) else 0
+
+
+def _per_step(spec: RNNSpec) -> int:
+    return spec.num_gates * spec.num_units + spec.output_units + _extra(spec)
+
+
+def workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
+    """Length of the workspace (works on symbolic sizes too)."""
+    inputs = (spec.num_layers - 1) * spec.num_dirs * spec.output_units
+    return steps * batch * (spec.num_states * _per_step(spec) + inputs)
+
+
+def split_workspace(
+    ws: Tensor, spec: RNNSpec, steps: int, batch: int
+) -> tuple[list[list[Tensor]], list[Tensor]]:
+    """Views of the workspace: per pseudo-layer [gates, hseq, (extra)], per layer >= 1 input."""
+    gh, hout, extra = spec.num_gates * spec.num_units, spec.output_units, _extra(spec)
+    widths = [gh, hout] + ([extra] if extra else [])
+    n = steps * batch
+    per_layer: list[list[Tensor]] = []
+    offset = 0
+    for _ in range(spec.num_states):
+        views = []
+        for w in widths:
+            views.append(ws[offset : offset + n * w].view(steps, batch, w))
+            offset += n * w
+        per_layer.append(views)
+    inputs = []
+    width = spec.num_dirs * hout
+    for _ in range(spec.num_layers - 1):
+        inputs.append(ws[offset : offset + n * width].view(steps, batch, width))
+        offset += n * width
+    return per_layer, inputs
+
+
+def weight_grads(
+    spec: RNNSpec,
+    wt: Weights,
+    gw: Weights,
+    u: Tensor,
+    h_prev: Tensor,
+    dgi: Tensor,
+    dghn: Tensor | None,
+) -> Tensor:
+    """One direction's weight gradients into ``gw`` as GEMMs over all steps; returns ``du``.
+
+    ``dgi [T, B, G*H]`` is the gradient of the gates' pre-activations, ``h_prev [T, B, Hout]``
+    the state each step started from and ``u [T, B, in]`` the direction's input, all three in
+    the same order of rows. ``R h' + bR`` has the same gradient as ``dgi`` except in the GRU's
+    candidate third, which the reset gate scales: that third comes from ``dghn [T, B, H]``.
+    """
+    units, g_all = spec.num_units, spec.num_gates * spec.num_units
+    rows = int(dgi.shape[0]) * int(dgi.shape[1])
+    flat_h = h_prev.reshape(rows, -1)
+    flat_gi = dgi.reshape(rows, g_all)
+    if dghn is not None:  # GRU: r and u rows from dgi, the candidate's from dghn
+        flat_n = dghn.reshape(rows, units)
+        torch.mm(flat_gi[:, : 2 * units].t(), flat_h, out=gw.r[: 2 * units])
+        torch.mm(flat_n.t(), flat_h, out=gw.r[2 * units :])
+        torch.sum(flat_gi[:, : 2 * units], dim=0, out=gw.br[: 2 * units])
+        torch.sum(flat_n, dim=0, out=gw.br[2 * units :])
+    else:
+        torch.mm(flat_gi.t(), flat_h, out=gw.r)
+        torch.sum(flat_gi, dim=0, out=gw.br)
+    torch.sum(flat_gi, dim=0, out=gw.bw)
+    if gw.w is None:  # skip_input: the input was added to every gate
+        return dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
+    assert wt.w is not None
+    torch.mm(flat_gi.t(), u.reshape(rows, -1), out=gw.w)
+    return (flat_gi @ wt.w).view(dgi.shape[0], dgi.shape[1], -1)

@@ -7,12 +7,8 @@ the weight gradients are again GEMMs over all steps at once (``K = T*B``, where 
 autograd graph accumulates ``T`` products with ``K = B``). This is the structure of the native
 engine to come: only the two time loops would move to native code.
 
-Workspace (one buffer of the parameters' dtype; :func:`workspace_numel` gives its length), in
-order: per pseudo-layer ``gates [T, B, G*H]`` (after their activations; the plain RNN keeps its
-new ``h``), ``hseq [T, B, Hout]`` (the state after each step, in the direction's own time
-order), then ``cseq [T, B, H]`` (LSTM: the cell state after each step) or ``ghn [T, B, H]`` (GRU:
-``R_h h' + bR_h``, which the reset gate scales); then per layer after the first its input
-``[T, B, D*Hout]`` (after dropout).
+Workspace: the layout of :func:`cudnn_rnn.engines.common.split_workspace`, filled in each
+direction's own time order, ``hseq`` holding the state after each step.
 
 Variable lengths: each direction runs over its sequence in its own time order (the backward
 direction over the input reversed within each length); past a length the state is kept and
@@ -21,55 +17,23 @@ the output is 0, so gradients pass through those steps unchanged.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.common import Weights, active_steps, pseudo_layers, reverse_within
+from cudnn_rnn.engines.common import (
+    Weights,
+    active_steps,
+    pseudo_layers,
+    reverse_within,
+    split_workspace,
+    weight_grads,
+    workspace_numel,
+)
 
 NAME = "loop"
-
-
-def _extra(spec: RNNSpec) -> int:
-    """Width of the per-step tensor kept besides gates and h (cseq or ghn)."""
-    return spec.num_units if spec.mode in (CUDNN_LSTM, CUDNN_GRU) else 0
-
-
-def _per_step(spec: RNNSpec) -> int:
-    return spec.num_gates * spec.num_units + spec.output_units + _extra(spec)
-
-
-def workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
-    """Length of the workspace (works on symbolic sizes too)."""
-    inputs = (spec.num_layers - 1) * spec.num_dirs * spec.output_units
-    return steps * batch * (spec.num_states * _per_step(spec) + inputs)
-
-
-def _split(
-    ws: Tensor, spec: RNNSpec, steps: int, batch: int
-) -> tuple[list[list[Tensor]], list[Tensor]]:
-    """Views of the workspace: per pseudo-layer [gates, hseq, (cseq|ghn)], per layer >= 1 input."""
-    gh, hout, extra = spec.num_gates * spec.num_units, spec.output_units, _extra(spec)
-    widths = [gh, hout] + ([extra] if extra else [])
-    n = steps * batch
-    per_layer: list[list[Tensor]] = []
-    offset = 0
-    for _ in range(spec.num_states):
-        views = []
-        for w in widths:
-            views.append(ws[offset : offset + n * w].view(steps, batch, w))
-            offset += n * w
-        per_layer.append(views)
-    inputs = []
-    width = spec.num_dirs * hout
-    for _ in range(spec.num_layers - 1):
-        inputs.append(ws[offset : offset + n * width].view(steps, batch, width))
-        offset += n * width
-    return per_layer, inputs
 
 
 def forward(
@@ -85,7 +49,7 @@ def forward(
     spec = layout.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
     ws = x.new_empty(workspace_numel(spec, steps, batch))
-    saved, inputs = _split(ws, spec, steps, batch)
+    saved, inputs = split_workspace(ws, spec, steps, batch)
     weights = pseudo_layers(layout, params)
     active = active_steps(lengths, steps, x.device)
     hs, cs = [], []
@@ -195,7 +159,7 @@ def backward(
     """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward`."""
     spec = layout.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
-    saved, inputs = _split(ws, spec, steps, batch)
+    saved, inputs = split_workspace(ws, spec, steps, batch)
     weights = pseudo_layers(layout, params)
     dparams = torch.empty_like(params)  # every stored block is written below
     grads = pseudo_layers(layout, dparams)
@@ -312,26 +276,8 @@ def _direction_backward(
         else:
             dh_prev = dgi[t] @ wt.r
         dh = dh_prev if m is None else torch.where(m, dh_prev, dh)
-    # Weight gradients over all steps at once.
     h_prevs = torch.cat([h0.unsqueeze(0), hseq[:-1]]) if steps > 1 else h0.unsqueeze(0)
-    flat_h = h_prevs.reshape(steps * batch, -1)
-    flat_gi = dgi.reshape(steps * batch, g_all)
-    if dghn is not None:  # GRU: r and u rows from dgi, the candidate's from dghn
-        flat_n = dghn.reshape(steps * batch, units)
-        gw.r[: 2 * units].copy_(flat_gi[:, : 2 * units].t() @ flat_h)
-        gw.r[2 * units :].copy_(flat_n.t() @ flat_h)
-        torch.sum(flat_gi[:, : 2 * units], dim=0, out=gw.br[: 2 * units])
-        torch.sum(flat_n, dim=0, out=gw.br[2 * units :])
-    else:
-        gw.r.copy_(flat_gi.t() @ flat_h)
-        torch.sum(flat_gi, dim=0, out=gw.br)
-    torch.sum(flat_gi, dim=0, out=gw.bw)
-    if gw.w is not None:
-        assert wt.w is not None
-        gw.w.copy_(flat_gi.t() @ u.reshape(steps * batch, -1))
-        du = (flat_gi @ wt.w).view(steps, batch, -1)
-    else:
-        du = dgi.view(steps, batch, spec.num_gates, units).sum(2)
+    du = weight_grads(spec, wt, gw, u, h_prevs, dgi, dghn)
     if dproj_h is not None:
         assert gw.proj is not None and c0 is not None
         _i, _f, _g, o = gates.chunk(4, dim=2)

@@ -1,0 +1,400 @@
+/* cudnn_rnn's native CPU engine: the time loops of one direction of one layer.
+ *
+ * The Python side (cudnn_rnn/engines/native.py) does the large GEMMs with torch (the input
+ * projection of all steps, the weight gradients over all steps) and calls in here, through
+ * ctypes on the tensors' data pointers, for the part that is sequential in time:
+ *
+ *   cr_forward   per step: gates = gi[t] + h @ R^T (+ bR for the GRU), the gate math, h and c;
+ *                optionally keeps what cr_backward needs (the workspace, in time order)
+ *   cr_backward  per step in reverse: the gradient of the gates' pre-activations (dgi) and
+ *                the carried dh, dc (dh_prev = dgates @ R)
+ *
+ * Design (DeepCPU, Zhang et al., USENIX ATC 2018): a persistent team of threads, each owning a
+ * slice of the hidden units with all gates' rows of R for them, packed once per call into its
+ * own buffer (so they stay in that core's cache for the whole sequence); the gate math runs on
+ * the slice right after its product; one barrier per time step. No torch headers: only
+ * pointers, sizes and strides cross the boundary (cr_*_args below, mirrored in native.py).
+ *
+ * The instruction set is chosen at run time (AVX-512, AVX2 + FMA, the x86-64 baseline; plain C
+ * vectors elsewhere); kernel.inc holds the loops once and is compiled once per ISA.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CR_ABI_VERSION 1
+#define CR_RNN_RELU 0
+#define CR_RNN_TANH 1
+#define CR_LSTM 2
+#define CR_GRU 3
+#define CR_MAX_THREADS 256
+#define CR_STR2(x) #x
+#define CR_STR(x) CR_STR2(x)
+
+/* Sizes and strides are in elements; every tensor is float32, C-contiguous unless a stride is
+ * given. Time-order arrays ([T, B, ...]) are indexed by the input's time, also for the reverse
+ * direction; `lengths` (NULL: all T) follows cuDNN's padded semantics. */
+typedef struct {
+    int64_t mode, steps, batch, units, reverse, threads;
+    const float *gi; /* [T, B, G*H] input projection + biases (the GRU: bW only) */
+    int64_t gi_st, gi_sb;
+    const float *r;  /* [G*H, H] recurrent weights, cuDNN's gate order */
+    const float *br; /* [G*H] the GRU's recurrent bias (NULL otherwise) */
+    const float *h0, *c0;
+    const int64_t *lengths;
+    float *y; /* output: element (t, b, u) at y[t*y_st + b*y_sb + u] */
+    int64_t y_st, y_sb;
+    float *hn, *cn;
+    float *ws_gates, *ws_hprev, *ws_extra; /* NULL for inference */
+} cr_forward_args;
+
+typedef struct {
+    int64_t mode, steps, batch, units, reverse, threads;
+    const float *r;
+    const int64_t *lengths;
+    const float *gates, *hprev, *extra, *c0; /* the forward's workspace */
+    const float *dy;
+    int64_t dy_st, dy_sb;
+    const float *dhy, *dcy;  /* NULL: zero */
+    float *dgi, *dghn;       /* [T, B, G*H], [T, B, H] (the GRU) */
+    float *dh0, *dc0;
+} cr_backward_args;
+
+typedef struct {
+    int64_t u0, n, npad; /* this thread's units [u0, u0 + n), padded to npad */
+} slice_t;
+
+typedef struct {
+    int nthreads;
+    atomic_int count, generation, failed;
+    float *h[2], *c, *dh; /* shared between the team: see the workers */
+} shared_t;
+
+static inline int64_t gates_of(int64_t mode) {
+    return mode == CR_LSTM ? 4 : mode == CR_GRU ? 3 : 1;
+}
+
+static inline int active(const int64_t *lengths, int64_t b, int64_t s) {
+    return lengths == NULL || s < lengths[b];
+}
+
+/* The input time of step s of row b: the reverse direction walks each sequence backwards
+ * from its last valid step; padded steps stay where they are. */
+static inline int64_t time_of(const int64_t *lengths, int64_t reverse, int64_t T, int64_t b,
+                              int64_t s) {
+    if (!reverse) return s;
+    int64_t len = lengths ? lengths[b] : T;
+    return s < len ? len - 1 - s : s;
+}
+
+static float *aligned_floats(int64_t count) {
+    void *p = NULL;
+    size_t bytes = ((size_t)(count > 0 ? count : 1) * sizeof(float) + 63) / 64 * 64;
+    return posix_memalign(&p, 64, bytes) == 0 ? (float *)p : NULL;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spins briefly, then yields the core: the other threads of the team are usually microseconds
+ * away, but on an oversubscribed machine a spinning thread would keep them off the core. */
+static void barrier_wait(shared_t *sh) {
+    if (sh->nthreads == 1) return;
+    int gen = atomic_load(&sh->generation);
+    if (atomic_fetch_add(&sh->count, 1) == sh->nthreads - 1) {
+        atomic_store(&sh->count, 0);
+        atomic_fetch_add(&sh->generation, 1);
+        return;
+    }
+    for (int spins = 0; atomic_load(&sh->generation) == gen; spins++) {
+        if (spins < 20000)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+typedef void (*forward_fn)(const cr_forward_args *, const slice_t *, shared_t *);
+typedef void (*backward_fn)(const cr_backward_args *, const slice_t *, shared_t *);
+typedef struct {
+    const char *name;
+    int vec;
+    forward_fn forward;
+    backward_fn backward;
+    void (*activation)(int, int64_t, const float *, float *);
+} isa_t;
+
+/* ---- one instantiation of kernel.inc per instruction set --------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#define ISA avx512
+#define VEC 16
+#define MR 6
+#define NV 4
+#include "kernel.inc"
+#undef ISA
+#undef VEC
+#undef MR
+#undef NV
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define ISA avx2
+#define VEC 8
+#define MR 4
+#define NV 3
+#include "kernel.inc"
+#undef ISA
+#undef VEC
+#undef MR
+#undef NV
+#pragma GCC pop_options
+#define CR_HAVE_X86 1
+#endif
+
+#define ISA base
+#define VEC 4
+#define MR 4
+#define NV 3
+#include "kernel.inc"
+#undef ISA
+#undef VEC
+#undef MR
+#undef NV
+
+/* Levels: 0 baseline, 1 AVX2 + FMA, 2 AVX-512. */
+static int supported_level(void) {
+#ifdef CR_HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
+}
+
+static const isa_t *isa_of(int level) {
+#ifdef CR_HAVE_X86
+    if (level == 2) return &isa_table_avx512;
+    if (level == 1) return &isa_table_avx2;
+#endif
+    (void)level;
+    return &isa_table_base;
+}
+
+static atomic_int chosen_level = -1;
+
+int cr_abi_version(void) { return CR_ABI_VERSION; }
+
+int cr_supported_level(void) { return supported_level(); }
+
+/* The level the engine runs at (the best supported unless cr_set_level chose one). */
+int cr_level(void) {
+    int level = atomic_load(&chosen_level);
+    return level < 0 ? supported_level() : level;
+}
+
+const char *cr_level_name(int level) { return isa_of(level)->name; }
+
+/* Chooses a level at or below the supported one (tests run every ISA); -1 restores the best. */
+int cr_set_level(int level) {
+    if (level > supported_level()) return -1;
+    atomic_store(&chosen_level, level < 0 ? -1 : level);
+    return 0;
+}
+
+/* ---- the thread team --------------------------------------------------------------------- */
+
+typedef struct {
+    void (*run)(void *, int);
+    void *job;
+    int nthreads;
+} task_t;
+
+static pthread_mutex_t team_call = PTHREAD_MUTEX_INITIALIZER; /* one call uses the team */
+static pthread_mutex_t team_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t team_wake = PTHREAD_COND_INITIALIZER;
+static int team_size = 1; /* threads that exist, the caller included */
+static atomic_int team_generation, team_left;
+static task_t team_task;
+
+/* The generation each worker was created at: it must not read the counter itself, or it could
+ * miss the first task (posted before the new thread got to run). */
+static int team_born[CR_MAX_THREADS];
+
+static void *team_worker(void *arg) {
+    int tid = (int)(intptr_t)arg;
+    int seen = team_born[tid];
+    for (;;) {
+        for (int spins = 0; atomic_load(&team_generation) == seen; spins++) {
+            if (spins < 2000) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&team_lock);
+            while (atomic_load(&team_generation) == seen) pthread_cond_wait(&team_wake, &team_lock);
+            pthread_mutex_unlock(&team_lock);
+        }
+        seen = atomic_load(&team_generation);
+        if (tid < team_task.nthreads) {
+            team_task.run(team_task.job, tid);
+            atomic_fetch_sub(&team_left, 1);
+        }
+    }
+    return NULL;
+}
+
+/* A forked child has none of the parent's workers: it starts a team of its own. */
+static void team_after_fork(void) {
+    pthread_mutex_init(&team_call, NULL);
+    pthread_mutex_init(&team_lock, NULL);
+    pthread_cond_init(&team_wake, NULL);
+    team_size = 1;
+}
+
+static pthread_once_t team_once = PTHREAD_ONCE_INIT;
+static void team_init(void) { pthread_atfork(NULL, NULL, team_after_fork); }
+
+/* Takes the team for a call that wants `want` threads; returns how many it got (1 when another
+ * call holds the team: the results do not depend on the count). */
+static int team_acquire(int want) {
+    pthread_once(&team_once, team_init);
+    if (want <= 1 || pthread_mutex_trylock(&team_call) != 0) return 1;
+    while (team_size < want) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        team_born[team_size] = atomic_load(&team_generation);
+        int err = pthread_create(&th, &attr, team_worker, (void *)(intptr_t)team_size);
+        pthread_attr_destroy(&attr);
+        if (err != 0) break;
+        team_size++;
+    }
+    int got = want < team_size ? want : team_size;
+    if (got == 1) pthread_mutex_unlock(&team_call);
+    return got;
+}
+
+static void team_run(void (*run)(void *, int), void *job, int nthreads) {
+    if (nthreads <= 1) {
+        run(job, 0);
+        return;
+    }
+    team_task = (task_t){run, job, nthreads};
+    atomic_store(&team_left, nthreads - 1);
+    pthread_mutex_lock(&team_lock);
+    atomic_fetch_add(&team_generation, 1);
+    pthread_cond_broadcast(&team_wake);
+    pthread_mutex_unlock(&team_lock);
+    run(job, 0);
+    while (atomic_load(&team_left) > 0) cpu_relax();
+    pthread_mutex_unlock(&team_call);
+}
+
+/* ---- the calls ----------------------------------------------------------------------------- */
+
+typedef struct {
+    const isa_t *isa;
+    const void *args;
+    slice_t slices[CR_MAX_THREADS];
+    shared_t shared;
+    int backward;
+} job_t;
+
+static void job_run(void *p, int tid) {
+    job_t *job = p;
+    if (job->backward)
+        job->isa->backward(job->args, &job->slices[tid], &job->shared);
+    else
+        job->isa->forward(job->args, &job->slices[tid], &job->shared);
+}
+
+/* Threads by rule: never more than slices of VEC units, and one thread when a step's product
+ * is too small to pay for a barrier (about a microsecond of work). */
+static int threads_for(int64_t requested, int64_t batch, int64_t gates, int64_t units, int vec) {
+    int64_t blocks = (units + vec - 1) / vec;
+    int64_t want = requested < blocks ? requested : blocks;
+    if (want > CR_MAX_THREADS) want = CR_MAX_THREADS;
+    if (batch * gates * units * units < 65536) want = 1;
+    return want < 1 ? 1 : (int)want;
+}
+
+static void split_units(job_t *job, int64_t units, int nthreads) {
+    int64_t vec = job->isa->vec, blocks = (units + vec - 1) / vec;
+    for (int p = 0; p < nthreads; p++) {
+        int64_t b0 = blocks * p / nthreads, b1 = blocks * (p + 1) / nthreads;
+        int64_t end = b1 * vec < units ? b1 * vec : units;
+        job->slices[p] = (slice_t){b0 * vec, end - b0 * vec, (b1 - b0) * vec};
+    }
+}
+
+static int run_job(job_t *job, int64_t threads, int64_t mode, int64_t batch, int64_t units,
+                   int64_t width, int lstm_carry, int dh_carry) {
+    int want = threads_for(threads, batch, gates_of(mode), units, job->isa->vec);
+    int nthreads = team_acquire(want);
+    shared_t *sh = &job->shared;
+    sh->nthreads = nthreads;
+    atomic_init(&sh->count, 0);
+    atomic_init(&sh->generation, 0);
+    atomic_init(&sh->failed, 0);
+    split_units(job, units, nthreads);
+    sh->h[0] = aligned_floats(batch * width);
+    sh->h[1] = aligned_floats(batch * width);
+    sh->c = lstm_carry ? aligned_floats(batch * units) : NULL;
+    sh->dh = dh_carry ? aligned_floats(batch * units) : NULL;
+    int ok = sh->h[0] && sh->h[1] && (!lstm_carry || sh->c) && (!dh_carry || sh->dh);
+    if (ok)
+        team_run(job_run, job, nthreads);
+    else if (nthreads > 1)
+        pthread_mutex_unlock(&team_call);
+    free(sh->h[0]);
+    free(sh->h[1]);
+    free(sh->c);
+    free(sh->dh);
+    return ok && !atomic_load(&sh->failed) ? 0 : 1;
+}
+
+static int valid_sizes(int64_t mode, int64_t steps, int64_t batch, int64_t units) {
+    return mode >= CR_RNN_RELU && mode <= CR_GRU && steps >= 1 && batch >= 1 && units >= 1;
+}
+
+/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes. */
+int cr_forward(const cr_forward_args *a) {
+    if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
+    job_t *job = calloc(1, sizeof(job_t));
+    if (!job) return 1;
+    job->isa = isa_of(cr_level());
+    job->args = a;
+    int rc = run_job(job, a->threads, a->mode, a->batch, a->units, a->units,
+                     a->mode == CR_LSTM, 0);
+    free(job);
+    return rc;
+}
+
+int cr_backward(const cr_backward_args *a) {
+    if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
+    job_t *job = calloc(1, sizeof(job_t));
+    if (!job) return 1;
+    job->isa = isa_of(cr_level());
+    job->args = a;
+    job->backward = 1;
+    int rc = run_job(job, a->threads, a->mode, a->batch, a->units,
+                     gates_of(a->mode) * a->units, a->mode == CR_LSTM, 1);
+    free(job);
+    return rc;
+}
+
+/* The engine's own sigmoid (kind 0), tanh (1) and exp (2), for the accuracy tests. */
+void cr_activation(int kind, int64_t count, const float *x, float *y) {
+    isa_of(cr_level())->activation(kind, count, x, y);
+}

@@ -1,0 +1,355 @@
+"""The native CPU engine: our C time loops (``cudnn_rnn/_native``) under torch's GEMMs.
+
+Per pseudo-layer the input projection of all steps is one torch GEMM (``x @ W^T`` plus the
+biases, over ``T*B`` rows); the C library then runs the time loop on the tensors' data pointers:
+a persistent team of ``torch.get_num_threads()`` threads, each owning a slice of the hidden
+units with all gates' rows of ``R`` for them (packed into its cache once per call), the gate
+math fused after the product, one barrier per step. The backward loop does the same in
+reverse and torch's GEMMs make the weight gradients over all steps (as in :mod:`.loop`).
+
+Scope: CPU, float32, no projection; all four modes, any layers, both directions,
+``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
+the other engines (see :mod:`cudnn_rnn.engines`).
+
+Workspace: the layout of :func:`~cudnn_rnn.engines.common.split_workspace` in the *input's*
+time order for both directions (the reverse direction writes step ``s`` of row ``b`` at the time
+it read), ``hseq`` holding the state each step *started from*, so the weight-gradient GEMMs
+pair rows without reordering anything.
+
+Bits: the C loops compute every element the same way whichever thread owns it, so they do not
+depend on the number of threads, and repeat exactly; the torch GEMMs around them are torch's
+(on this machine's oneDNN/MKL they repeat exactly too). AVX-512 and AVX2 give the same bits
+(both contract to FMA); the x86-64 baseline may differ in the last place.
+
+Loading: the library is built by ``pip install`` (``setup.py``, optional). If it is missing or
+cannot load, or ``CUDNN_RNN_NATIVE=0`` is set, :func:`available` is false and the dispatch
+rule falls back to torch's kernels; a missing library is reported once with a
+:class:`NativeEngineWarning`. :func:`describe` says which engine runs and why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.layout import Layout
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines.common import pseudo_layers, split_workspace, weight_grads, workspace_numel
+
+__all__ = [
+    "NAME",
+    "NativeEngineWarning",
+    "available",
+    "backward",
+    "describe",
+    "forward",
+    "level_names",
+    "supports",
+    "use_level",
+]
+
+NAME = "native"
+ENV = "CUDNN_RNN_NATIVE"
+ABI_VERSION = 1
+#: The C library's mode codes.
+MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
+
+
+class NativeEngineWarning(RuntimeWarning):
+    """The native engine is not built or cannot load: torch's kernels run instead."""
+
+
+_I64 = ctypes.c_int64
+_PTR = ctypes.c_void_p
+_SIZES = "mode steps batch units reverse threads"
+
+
+def _fields(names: str) -> list[tuple[str, type[ctypes.c_int64] | type[ctypes.c_void_p]]]:
+    """A structure's fields in order: ``name`` an int64, ``*name`` a pointer (8 bytes each)."""
+    return [(n.lstrip("*"), _PTR if n.startswith("*") else _I64) for n in names.split()]
+
+
+class _ForwardArgs(ctypes.Structure):
+    """Mirror of ``cr_forward_args`` in engine.c."""
+
+    _fields_ = _fields(
+        f"{_SIZES} *gi gi_st gi_sb *r *br *h0 *c0 *lengths *y y_st y_sb "
+        "*hn *cn *ws_gates *ws_hprev *ws_extra"
+    )
+
+
+class _BackwardArgs(ctypes.Structure):
+    """Mirror of ``cr_backward_args`` in engine.c."""
+
+    _fields_ = _fields(
+        f"{_SIZES} *r *lengths *gates *hprev *extra *c0 *dy dy_st dy_sb "
+        "*dhy *dcy *dgi *dghn *dh0 *dc0"
+    )
+
+
+class _Library:
+    """The loaded library, or why there is none."""
+
+    def __init__(self) -> None:
+        self.lib: ctypes.CDLL | None = None
+        self.reason = ""
+        self.disabled = os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off")
+        if self.disabled:
+            self.reason = f"disabled by {ENV}={os.environ[ENV]}"
+            return
+        try:
+            self.lib = _load()
+        except OSError as err:
+            self.reason = str(err)
+
+
+def _load() -> ctypes.CDLL:
+    package = Path(__file__).resolve().parent.parent
+    candidates = [package / f"_engine{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    found = [p for p in candidates if p.is_file()]
+    if not found:
+        raise OSError(f"the native engine is not built (no {package / '_engine*.so'})")
+    lib = ctypes.CDLL(str(found[0]))
+    if lib.cr_abi_version() != ABI_VERSION:
+        raise OSError(
+            f"{found[0].name} is ABI {lib.cr_abi_version()}, this package needs {ABI_VERSION}: "
+            "reinstall cudnn-rnn (pip install -e .)"
+        )
+    lib.cr_forward.argtypes = [ctypes.POINTER(_ForwardArgs)]
+    lib.cr_backward.argtypes = [ctypes.POINTER(_BackwardArgs)]
+    lib.cr_level_name.restype = ctypes.c_char_p
+    lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
+    lib.cr_activation.restype = None
+    return lib
+
+
+_state: _Library | None = None
+_state_lock = threading.Lock()
+_warned = False
+
+
+def _library() -> _Library:
+    global _state
+    if _state is None:
+        with _state_lock:
+            if _state is None:
+                _state = _Library()
+    return _state
+
+
+def _reload() -> None:
+    """Forget the loaded state (tests change ``CUDNN_RNN_NATIVE``)."""
+    global _state, _warned
+    _state, _warned = None, False
+
+
+def available() -> bool:
+    """Whether the native engine runs CPU float32 calls; says once why not when it cannot."""
+    global _warned
+    state = _library()
+    if state.lib is None and not state.disabled and not _warned:
+        _warned = True
+        warnings.warn(
+            f"cudnn_rnn: {state.reason}; running torch's CPU kernels instead",
+            NativeEngineWarning,
+            stacklevel=3,
+        )
+    return state.lib is not None
+
+
+def supports(spec: RNNSpec, device: torch.device, dtype: torch.dtype) -> bool:
+    """What the native engine computes: CPU, float32, no projection (and it is loaded)."""
+    return device.type == "cpu" and dtype == torch.float32 and spec.num_proj is None and available()
+
+
+def level_names() -> list[str]:
+    """The instruction sets this machine can run the engine at, best first (empty if none)."""
+    lib = _library().lib
+    if lib is None:
+        return []
+    return [lib.cr_level_name(k).decode() for k in range(lib.cr_supported_level(), -1, -1)]
+
+
+class use_level:
+    """Context manager: run the engine at an instruction set below the best (tests)."""
+
+    def __init__(self, name: str) -> None:
+        names = level_names()
+        if name not in names:
+            raise ValueError(f"instruction set {name!r} is not available here; have {names}")
+        self.level = len(names) - 1 - names.index(name)
+
+    def __enter__(self) -> use_level:
+        lib = _library().lib
+        assert lib is not None
+        lib.cr_set_level(self.level)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lib = _library().lib
+        assert lib is not None
+        lib.cr_set_level(-1)
+
+
+def describe() -> str:
+    """Which engine CPU calls run, e.g. ``native (avx512, 2 threads)`` or ``torch (...why)``."""
+    state = _library()
+    if state.lib is None:
+        return f"torch ({state.reason})"
+    level = state.lib.cr_level_name(state.lib.cr_level()).decode()
+    return f"native ({level}, {torch.get_num_threads()} threads)"
+
+
+def activation(kind: str, x: Tensor) -> Tensor:
+    """The engine's own ``sigmoid``, ``tanh`` or ``exp`` of a float32 CPU tensor (for tests)."""
+    lib = _library().lib
+    if lib is None:
+        raise RuntimeError(f"the native engine is not loaded: {_library().reason}")
+    kinds = {"sigmoid": 0, "tanh": 1, "exp": 2}
+    src = x.detach().to(torch.float32).contiguous()
+    out = torch.empty_like(src)
+    lib.cr_activation(kinds[kind], src.numel(), src.data_ptr(), out.data_ptr())
+    return out
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _call(fn_name: str, args: ctypes.Structure) -> None:
+    lib = _library().lib
+    assert lib is not None
+    rc = getattr(lib, fn_name)(ctypes.byref(args))
+    if rc == 1:
+        raise MemoryError(f"cudnn_rnn native engine: {fn_name} ran out of memory")
+    if rc != 0:
+        raise RuntimeError(f"cudnn_rnn native engine: {fn_name} refused its arguments ({rc})")
+
+
+def forward(
+    layout: Layout,
+    params: Tensor,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    masks: Tensor | None,
+    need_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)`` (empty w/o grad)."""
+    spec = layout.spec
+    steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
+    dirs, gates = spec.num_dirs, spec.num_gates
+    x, h0 = x.contiguous(), h0.contiguous()
+    c0 = c0.contiguous() if c0 is not None else None
+    ws = x.new_empty(workspace_numel(spec, steps, batch) if need_grad else 0)
+    saved, inputs = split_workspace(ws, spec, steps, batch) if need_grad else ([], [])
+    hn = torch.empty_like(h0)
+    cn = torch.empty_like(c0) if c0 is not None else None
+    weights = pseudo_layers(layout, params)
+    args = _ForwardArgs(
+        mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
+        threads=torch.get_num_threads(), gi_st=batch * gates * units, gi_sb=gates * units,
+        lengths=_ptr(lengths), y_st=batch * dirs * units, y_sb=dirs * units,
+    )  # fmt: skip
+    layer_input = x
+    for layer in range(spec.num_layers):
+        if layer > 0 and masks is not None:
+            layer_input = layer_input * masks[layer - 1]
+        if layer > 0 and need_grad:
+            inputs[layer - 1].copy_(layer_input)
+        y = x.new_empty(steps, batch, dirs * units)
+        for d in range(dirs):
+            p = layer * dirs + d
+            wt = weights[p]
+            # LSTM and RNN sum the two biases; the GRU's bR_h sits inside r * (...).
+            bias = wt.bw if spec.mode == CUDNN_GRU else wt.bw + wt.br
+            if wt.w is None:  # skip_input: the input itself goes into every gate
+                gi = layer_input.repeat(1, 1, gates) + bias
+            else:
+                gi = torch.addmm(bias, layer_input.reshape(steps * batch, -1), wt.w.t())
+            args.reverse = d
+            args.gi = gi.data_ptr()
+            args.r = wt.r.data_ptr()
+            args.br = wt.br.data_ptr() if spec.mode == CUDNN_GRU else None
+            args.h0, args.hn = h0[p].data_ptr(), hn[p].data_ptr()
+            args.c0 = None if c0 is None else c0[p].data_ptr()
+            args.cn = None if cn is None else cn[p].data_ptr()
+            args.y = y.data_ptr() + 4 * d * units
+            if need_grad:
+                kept = saved[p]
+                args.ws_gates, args.ws_hprev = kept[0].data_ptr(), kept[1].data_ptr()
+                args.ws_extra = kept[2].data_ptr() if len(kept) > 2 else None
+            _call("cr_forward", args)
+        layer_input = y
+    return layer_input, hn, cn, ws
+
+
+def backward(
+    layout: Layout,
+    params: Tensor,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    masks: Tensor | None,
+    ws: Tensor,
+    dy: Tensor,
+    dhy: Tensor,
+    dcy: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward`."""
+    spec = layout.spec
+    steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
+    dirs, gates = spec.num_dirs, spec.num_gates
+    x = x.contiguous()
+    c0 = c0.contiguous() if c0 is not None else None
+    dhy = dhy.contiguous()
+    dcy = dcy.contiguous() if dcy is not None else None
+    saved, inputs = split_workspace(ws, spec, steps, batch)
+    weights = pseudo_layers(layout, params)
+    dparams = torch.empty_like(params)  # every stored block is written below
+    grads = pseudo_layers(layout, dparams)
+    dh0 = torch.empty_like(dhy)
+    dc0 = torch.empty_like(dcy) if dcy is not None else None
+    gru = spec.mode == CUDNN_GRU
+    args = _BackwardArgs(
+        mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
+        threads=torch.get_num_threads(), lengths=_ptr(lengths),
+        dy_st=batch * dirs * units, dy_sb=dirs * units,
+    )  # fmt: skip
+    d_out = dy.contiguous()
+    for layer in reversed(range(spec.num_layers)):
+        u = x if layer == 0 else inputs[layer - 1]
+        d_in: Tensor | None = None
+        for d in range(dirs):
+            p = layer * dirs + d
+            kept = saved[p]
+            dgi = x.new_empty(steps, batch, gates * units)
+            dghn = x.new_empty(steps, batch, units) if gru else None
+            args.reverse = d
+            args.r = weights[p].r.data_ptr()
+            args.gates, args.hprev = kept[0].data_ptr(), kept[1].data_ptr()
+            args.extra = kept[2].data_ptr() if len(kept) > 2 else None
+            args.c0 = None if c0 is None else c0[p].data_ptr()
+            args.dy = d_out.data_ptr() + 4 * d * units
+            args.dhy, args.dh0 = dhy[p].data_ptr(), dh0[p].data_ptr()
+            args.dcy = None if dcy is None else dcy[p].data_ptr()
+            args.dc0 = None if dc0 is None else dc0[p].data_ptr()
+            args.dgi, args.dghn = dgi.data_ptr(), _ptr(dghn)
+            _call("cr_backward", args)
+            du = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn)
+            d_in = du if d_in is None else d_in.add_(du)
+        assert d_in is not None
+        if layer > 0 and masks is not None:
+            d_in = d_in * masks[layer - 1]
+        d_out = d_in
+    return dparams, d_out, dh0, dc0
