@@ -29,7 +29,8 @@ pytest: install
 
 test: lint typecheck pytest
 
-# The benchmark suite (minutes; not part of `make test`): writes docs/benchmarks.{md,json,png}.
+# The benchmark suite (about 12 to 20 minutes on 2 cores; not part of `make test`): writes
+# docs/benchmarks.{md,json,png}.
 bench: install
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) -m cudnn_rnn.bench --out docs

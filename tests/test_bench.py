@@ -7,24 +7,27 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+import cudnn_rnn
 from cudnn_rnn import bench
-from cudnn_rnn.bench import Shape
+from cudnn_rnn.bench import Row, Shape
+
+BY_NAME = {s.name: s for s in bench.SHAPES}
 
 
 def test_flops_match_the_hand_count() -> None:
-    by_name = {s.name: s for s in bench.SHAPES}
     # 2 FLOPs per multiply-add; LSTM has 4 gates, each [H, in + H] per step and sequence.
-    assert by_name["lstm-100x64x512"].forward_flops() == 2 * 4 * 512 * 1024 * 100 * 64
+    assert BY_NAME["lstm-100x64x512"].forward_flops() == 2 * 4 * 512 * 1024 * 100 * 64
     # skip_input: no input matrix, only the recurrent one.
-    assert by_name["tanh-skip-50x16x1760"].forward_flops() == 2 * 1760 * 1760 * 50 * 16
-    assert by_name["tanh-linear-50x16x1760"].forward_flops() == 2 * 1760 * 3520 * 50 * 16
+    assert BY_NAME["tanh-skip-50x16x1760"].forward_flops() == 2 * 1760 * 1760 * 50 * 16
+    assert BY_NAME["tanh-linear-50x16x1760"].forward_flops() == 2 * 1760 * 3520 * 50 * 16
     # 3 bidirectional layers: layer 0 reads 256 inputs, the others 2 * 256.
     per_step = 2 * 4 * 256 * ((256 + 256) + 2 * (512 + 256))
-    assert by_name["lstm-3bi-100x32x256"].forward_flops() == 2 * per_step * 100 * 32
-    varlen = by_name["lstm-2bi-varlen-100x32x256"]
+    assert BY_NAME["lstm-3bi-100x32x256"].forward_flops() == 2 * per_step * 100 * 32
+    varlen = BY_NAME["lstm-2bi-varlen-100x32x256"]
     lengths = varlen.lengths()
     assert lengths is not None and len(lengths) == 32
     assert max(lengths) == 100 and min(lengths) == 50
@@ -32,17 +35,78 @@ def test_flops_match_the_hand_count() -> None:
     assert varlen.forward_flops() == 2 * per_step * sum(lengths)
 
 
+def test_a_stream_counts_the_valid_steps_of_every_batch() -> None:
+    stream = BY_NAME["gru-2-stream-16x256"]
+    lengths = stream.batch_lengths()
+    assert len(lengths) == 40 and lengths == stream.batch_lengths()  # seeded
+    flat = [n for batch in lengths if batch is not None for n in batch]
+    assert len(flat) == 40 * 16 and min(flat) >= 20 and max(flat) <= 100
+    assert len(set(flat)) > 20  # drawn, not one length
+    per_step = 2 * 3 * 256 * ((256 + 256) + (256 + 256))
+    assert stream.forward_flops() == per_step * sum(flat)
+    # Each batch is padded to its own longest sequence.
+    batches = bench._batches(stream)
+    assert [x.shape[0] for x, _ in batches] == [max(b or []) for b in lengths]
+    assert all(n is not None and n.dtype == np.int32 for _, n in batches)
+
+
+def test_the_recurrent_weights_of_a_step() -> None:
+    shape = BY_NAME["lstm-2-25x1x256"]
+    assert shape.recurrent_matrix() == (4 * 256, 256)
+    assert shape.recurrent_bytes() == 2 * 4 * 256 * 256 * 4
+    assert BY_NAME["gru-serve-25x1x512"].recurrent_bytes() == 3 * 512 * 512 * 4
+
+
 def test_the_issue_shapes_are_all_there() -> None:
-    labels = [s.label for s in bench.SHAPES if not s.extra]
-    assert labels == [
+    def labels(group: str) -> list[str]:
+        return [s.label for s in bench.SHAPES if s.group == group and s.inference]
+
+    assert labels("issue") == [
+        "lstm (25, 1, 256, 256, 2, uni)",
+        "gru (25, 1, 256, 256, 2, uni)",
+        "lstm (100, 16, 256, 256, 1, uni)",
+        "gru (100, 16, 512, 512, 1, uni)",
+        "rnn-tanh (50, 16, 1024, 1024, 1, uni)",
+    ]
+    assert labels("large") == [
         "lstm (100, 64, 512, 512, 1, uni)",
         "lstm (50, 64, 500, 500, 1, uni)",
         "gru (100, 32, 1024, 1024, 1, uni)",
         "lstm (100, 32, 256, 256, 3, bi)",
-        "lstm (25, 1, 256, 256, 2, uni)",
         "rnn-tanh (50, 16, 1760, 1760, 1, uni) skip_input",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
         "lstm (100, 32, 256, 256, 2, bi) lengths 50-100",
     ]
+    serving = [s for s in bench.SHAPES if s.group == "serving"]
+    assert {(s.mode, s.batch, s.units) for s in serving} == {
+        (mode, b, h)
+        for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+        for b in (1, 4, 16, 64)
+        for h in (256, 512)
+    }
+    assert all(
+        (s.steps, s.layers, s.input_size, s.training) == (25, 1, s.units, False) for s in serving
+    )
+    assert labels("stream") == [
+        "gru (<=100, 16, 256, 256, 2, uni) stream of 40 batches, lengths 20-100"
+    ]
+    training = {s.label for s in bench.SHAPES if s.training}
+    assert training >= {
+        "gru (100, 32, 1024, 1024, 1, uni)",
+        "lstm (100, 64, 512, 512, 1, uni)",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
+        "rnn-relu (50, 16, 1760, 1760, 1, uni)",
+        "lstm (25, 1, 256, 256, 2, uni)",
+    }
+    assert len({s.name for s in bench.SHAPES}) == len(bench.SHAPES)
+
+
+def test_serving_rows_are_timed_lighter() -> None:
+    timing = bench.Timing(5, 0.2, 1.0)
+    assert timing.for_shape(BY_NAME["lstm-serve-25x1x256"]) == bench.Timing(3, 0.1, 0.5)
+    assert timing.for_shape(BY_NAME["lstm-100x64x512"]) == timing
+    tiny = bench.Timing(1, 0.02, 0.0)
+    assert tiny.lighter() == bench.Timing(1, 0.01, 0.0)
 
 
 def test_alternating_timer_measures_each_function() -> None:
@@ -59,56 +123,171 @@ def test_alternating_timer_measures_each_function() -> None:
     assert 0.006 <= times["long"] < 0.0095
 
 
+def test_best_time_is_the_shortest_call() -> None:
+    pauses = iter([0.02, 0.001, 0.005, 0.001, 0.003, 0.004] + [0.002] * 100)
+    best = bench.best_time(lambda: time.sleep(next(pauses)), seconds=0.0, calls=5)
+    assert 0.001 <= best < 0.0029  # the first (0.02) is untimed
+
+
+def test_the_matmul_peak_is_the_best_over_sizes_and_engines() -> None:
+    peak, engine = bench.matmul_peak(sizes=((64, 32, 16), (96, 96, 96)))
+    assert peak > 0
+    products = ("(64, 32) @ (32, 16)", "(96, 96) @ (96, 96)")
+    engines = ("torch.matmul", "onnxruntime MatMul")
+    assert engine in {f"{e} {p}" for e in engines for p in products}
+
+
+def test_cache_bandwidth_is_a_rate() -> None:
+    assert bench.cache_bandwidth(64, 16) > 1e6  # bytes/s; any machine reads 4 KiB faster
+
+
+def test_runtime_outputs_are_compared_over_the_valid_steps_only() -> None:
+    want = np.zeros((3, 2, 1), np.float32)
+    got = want.copy()
+    got[2, 1] = 5.0  # past sequence 1's length
+    got[0, 0] = 1e-3
+    diff, padding = bench._compare(got, want, np.array([3, 2], np.int32))
+    assert diff == pytest.approx(1e-3) and padding == 5.0
+    assert bench._compare(got, want, None) == (5.0, 0.0)
+
+
 def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     shape = Shape("lstm-test", "lstm", 6, 2, 5, 4, 2)
-    varlen = Shape("gru-test", "gru", 6, 3, 4, 4, 1, True, varlen=2)
+    varlen = Shape("gru-test", "gru", 6, 3, 4, 4, 1, True, varlen=2, training=False)
+    single = Shape("tanh-test", "rnn_tanh", 4, 1, 4, 4, group="serving", training=False)
+    stream = Shape(
+        "gru-test-stream", "gru", 6, 3, 4, 4, 2, varlen=2, stream=3, group="stream", training=False
+    )
     rows, dyn = bench.run(
-        [shape, varlen],
+        [shape, varlen, single, stream],
         out=tmp_path,
         repeats=1,
         block=0.001,
         memory=True,
         dynamic=shape,
         warmup=0.01,
+        peak_sizes=((64, 64, 64),),
         log=lambda _: None,
     )
     record = json.loads((tmp_path / "benchmarks.json").read_text())
     md = (tmp_path / "benchmarks.md").read_text()
     assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     first = record["rows"][0]
-    assert set(first["inference"]) >= {
-        bench.OURS,
-        bench.TORCH_NN,
-        bench.ORT_OURS,
-        bench.ORT_TORCH,
-    }
+    assert set(first["inference"]) >= {bench.OURS, bench.TORCH_NN, bench.ORT_OURS, bench.ORT_TORCH}
     assert set(first["training"]) == {bench.OURS, bench.TORCH_NN}
-    # The report's ratios are the JSON's times divided.
+    # OpenVINO ran on our export, or the notes say it is not installed.
+    openvino = bench._installed("openvino")
+    for row in record["rows"]:
+        assert (bench.OPENVINO in row["inference"]) == openvino
+    assert openvino or "openvino not installed (pip install openvino)" in md
+    # The runtimes compute what we compute (over the valid steps).
+    for row in record["rows"]:
+        assert row["max_abs_diff"] and max(row["max_abs_diff"].values()) < 1e-4
+        assert "differs from ours" not in md
+    # The report's ratios and rates are the JSON's times divided.
     inf = first["inference"]
     peers = {k: v for k, v in inf.items() if k in bench.PEERS}
     fastest = min(peers, key=peers.__getitem__)
-    ratio = f"**{inf[bench.OURS] / peers[fastest]:.2f}** ({fastest})"
-    assert ratio in md
+    assert f"**{inf[bench.OURS] / peers[fastest]:.2f}** ({fastest})" in md
     train = first["training"]
     assert f"**{train[bench.OURS] / train[bench.TORCH_NN]:.2f}**" in md
-    # Varlen rows leave out the peers that cannot take lengths, and say so.
-    second = record["rows"][1]
-    assert bench.ORT_TORCH not in second["inference"] and bench.KERAS not in second["inference"]
+    peak = record["matmul_peak_flops"]
+    rate = shape.forward_flops() / inf[bench.OURS]
+    assert f"| {rate / 1e9:.1f} ({100 * rate / peak:.0f}%) |" in md
+    # Varlen rows and the stream leave out the peers that cannot take lengths, and say so.
+    for row in record["rows"][1], record["rows"][3]:
+        assert bench.ORT_TORCH not in row["inference"] and bench.KERAS not in row["inference"]
+        assert bench.ORT_OURS in row["inference"]
     assert "full-length sequences only" in md
-    # Memory probes ran in fresh processes and found the training step's growth.
+    assert "Keras: not run on the serving shapes" in md
+    # B = 1 rows have the weight-read bound: T x the recurrent bytes over the bandwidth.
+    b1 = record["rows"][2]
+    assert b1["bound"] == pytest.approx(4 * 4 * 4 * 4 / b1["cache_bandwidth"])
+    bandwidth = f"{b1['cache_bandwidth'] / 1e9:.0f} GB/s"
+    ratio = b1["inference"][bench.OURS] / b1["bound"]
+    assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x) |" in md
+    assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i != 2)
+    # Every group has its heading; memory probes ran for the training row only.
+    for title in ("The issue's shapes", "Serving shapes", "A stream of batches"):
+        assert f"| **{title}" in md
     assert first["memory"][bench.OURS] >= 0 and bench.TORCH_NN in first["memory"]
+    assert all(not r["memory"] for r in record["rows"][1:])
     assert record["dynamic_rnn"]["notes"][0].startswith("max |dynamic_rnn - layer|")
     diff = float(re.search(r"= ([0-9.e+-]+)", record["dynamic_rnn"]["notes"][0])[1])  # type: ignore[index]
     assert diff < 1e-5
-    assert "## Targets" in md and md.count("-> **") >= 4
+    assert "## Targets" in md and "Inference, the stream: ours / fastest peer <= 0.85" in md
     assert rows[0].shape == shape and dyn is not None
+
+
+def _row(shape: Shape, inference: dict[str, float], training: dict[str, float]) -> Row:
+    return Row(shape, inference=inference, training=training)
+
+
+def test_targets_mark_each_target_met_or_not() -> None:
+    ours, nn, ort = bench.OURS, bench.TORCH_NN, bench.ORT_OURS
+    big = BY_NAME["lstm-100x64x512"]
+    peak = big.forward_flops() / 1.0  # ours at 1 s is 100% of this peak
+    rows = [
+        _row(BY_NAME["lstm-100x16x256"], {ours: 0.7, nn: 1.0, ort: 1.0}, {}),  # 0.70: met
+        _row(BY_NAME["gru-serve-25x64x256"], {ours: 0.9, nn: 1.0}, {}),  # 0.90: not met
+        _row(BY_NAME["gru-serve-25x4x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 4: no target
+        _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {}),  # 1.00: met
+        _row(big, {ours: 1.0, nn: 2.0}, {ours: 1.0, nn: 1.1}),
+        _row(BY_NAME["gru-2-stream-16x256"], {ours: 0.9, ort: 1.0}, {}),  # 0.90: not met
+        _row(BY_NAME["relu-50x16x1760"], {}, {ours: 0.5, nn: 1.0}),  # 0.50: met
+    ]
+    lines = bench._targets(rows, None, peak)
+    by_text = {line.split(" | ")[0].lstrip("| "): line for line in lines}
+    why = "**not met** ([why](design_notes.md#targets-not-met-and-why))"
+    b8 = by_text["Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80"]
+    assert why in b8 and "0.90 (gru-serve-25x64x256)" in b8 and "gru-serve-25x4x256" not in b8
+    assert "**met**" in by_text["Inference, B = 1: ours / fastest peer <= 1.00"]
+    assert "**met**" in by_text["Inference, large shapes: ours / fastest peer <= 1.00"]
+    assert why in by_text["Inference, the stream: ours / fastest peer <= 0.85"]
+    assert "**met**" in by_text["Training, GRU and RNN: ours / torch.nn <= 0.60"]
+    assert "0.91 (lstm-100x64x512) | **met**" in by_text["Training, LSTM: ours / torch.nn <= 1.00"]
+    peak_line = by_text["Inference, large shapes: ours >= 70% of the matmul peak"]
+    assert "100% (lstm-100x64x512) | **met**" in peak_line
+    memory = by_text["Peak memory of a training step <= torch.nn's + 5%"]
+    assert "no such row in this run" in memory
+
+
+def test_the_machine_table_names_our_cpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(cudnn_rnn, "cpu_engine", raising=False)
+    assert bench.machine()["our CPU engine"] == "torch"
+    monkeypatch.setattr(
+        cudnn_rnn, "cpu_engine", lambda: "native (avx512f, 2 threads)", raising=False
+    )
+    info = bench.machine()
+    assert info["our CPU engine"] == "native (avx512f, 2 threads)"
+    assert set(info) >= {"onnxruntime", "openvino", "keras"}
+
+
+def test_a_missing_runtime_is_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("onnx")
+    monkeypatch.setattr(bench, "_installed", lambda package: package != "openvino")
+    shape = Shape("lstm-test", "lstm", 4, 2, 3, 3)
+    layer, x, _ = bench._make(shape, "cpu")
+    notes: list[str] = []
+    jobs = bench._runtime_jobs(shape, layer, x, str(tmp_path), notes)
+    assert [peer for peer, _, _ in jobs] == [bench.ORT_OURS, bench.ORT_TORCH]
+    assert notes == ["openvino not installed (pip install openvino)"]
+    monkeypatch.setattr(bench, "_installed", lambda package: False)
+    notes = []
+    assert bench._runtime_jobs(shape, layer, x, str(tmp_path), notes) == []
+    assert notes == [
+        "onnxruntime not installed (pip install onnxruntime)",
+        "openvino not installed (pip install openvino)",
+    ]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-100x64x512"),
+        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256"),
         (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
         (["--block", "-1"], "--block must be a number of seconds > 0, got -1.0."),
     ],
@@ -146,11 +325,16 @@ def test_the_inference_table_has_one_column_per_implementation(tmp_path: Path) -
         memory=False,
         dynamic=None,
         warmup=0.0,
+        peak_sizes=((64, 64, 64),),
         log=lambda _: None,
     )
     md = (tmp_path / "benchmarks.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| shape | ours |"))
-    assert header.split(" | ")[1:-2] == [bench.OURS, *bench.PEERS]
+    assert header.split(" | ")[1:-3] == [bench.OURS, *bench.PEERS]
+    assert header.endswith(
+        "| ours / fastest peer | ours GFLOP/s (% of peak) "
+        "| B = 1: weight-read bound ms at cache bandwidth (ours / bound) |"
+    )
     row = next(line for line in md.splitlines() if line.startswith(f"| {shape.label} |"))
     assert row.count("|") == header.count("|")
     assert set(rows[0].inference) == {bench.OURS, bench.TORCH_NN}

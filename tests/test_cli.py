@@ -146,7 +146,7 @@ def test_bench_help(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-100x64x512, "),
+        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256, "),
         (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
         (["--repeats", "-3"], "--repeats must be an integer >= 1, got -3."),
         (["--block", "0"], "--block must be a number of seconds > 0, got 0.0."),
