@@ -12,13 +12,16 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+import cudnn_rnn
 from cudnn_rnn import checkpoint, convert, demo
-from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
+from cudnn_rnn.cells import CudnnCompatibleLSTMCell, LSTMStateTuple, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.cli import main
 
 # A model small enough that a run takes a few seconds.
@@ -37,6 +40,9 @@ TINY = [
     "40",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FUSED = "CudnnLSTM (trained, fused)"
+STEPPED = "MultiRNNCell (stepped in Python)"
+TORCH_NN = "torch.nn.LSTM (to_torch)"
 
 
 def _difference(text: str, pair: str) -> float:
@@ -45,9 +51,29 @@ def _difference(text: str, pair: str) -> float:
     return float(match.group(1))
 
 
-def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def cell_steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Counts calls of ``CudnnCompatibleLSTMCell.forward`` (one per layer and time step)."""
+    calls: list[int] = []
+    forward = CudnnCompatibleLSTMCell.forward
+
+    def counted(self: CudnnCompatibleLSTMCell, inputs: torch.Tensor, state: Any) -> Any:
+        calls.append(int(inputs.shape[0]))
+        return forward(self, inputs, state)
+
+    monkeypatch.setattr(CudnnCompatibleLSTMCell, "forward", counted)
+    yield calls
+
+
+def test_demo_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cell_steps: list[int]
+) -> None:
     out = tmp_path / "out"
     assert main(["demo", *TINY, "--out", str(out)]) == 0
+    # The compatible cells ran one call per layer and character: the prime (6) and the 40 drawn
+    # characters of the sample (batch 1), then the 24 steps of the verification batch (batch 8).
+    # Run by the fused kernel (dynamic_rnn's way) they would not be called at all.
+    assert cell_steps == [1] * 2 * (6 + 40) + [demo.VERIFY_ROWS] * 2 * 24
     captured = capsys.readouterr()
     stdout = captured.out
     # Progress went to stderr (plain lines: pytest's stream is not a terminal).
@@ -67,15 +93,33 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert all(t.startswith("Alice ") and len(t) == len("Alice ") + 40 for t in texts)
     assert texts[0] == texts[1] == texts[2]
 
-    # The printed verification is the one in the summary, and within the tolerance.
+    # The printed verification is the one in the summary, and within the tolerance: 1e-5 of the
+    # logits' scale, which the summary records with the engine our layer ran.
     assert "verification: max |logit difference|" in stdout
     assert "OK: the three implementations agree" in stdout
+    assert summary["engine"] == demo.layer_engine(torch.device("cpu"))
+    assert f"CudnnLSTM engine: {summary['engine']}; tolerance " in stdout
+    assert summary["rtol"] == demo.RTOL[torch.float32] == 1e-5
+    assert summary["tolerance"] == pytest.approx(1e-5 * summary["logit_scale"], rel=1e-12)
+    assert list(summary["differences"]) == [
+        f"{FUSED} vs {STEPPED}",
+        f"{FUSED} vs {TORCH_NN}",
+        f"{STEPPED} vs {TORCH_NN}",
+    ]
     for pair, diff in summary["differences"].items():
         assert _difference(stdout, pair) == pytest.approx(diff, rel=0.01, abs=1e-12)
-        assert diff <= summary["tolerance"] <= 1e-4
+        assert diff <= summary["tolerance"]
+        line = next(line for line in stdout.splitlines() if line.strip().startswith(pair))
+        assert line.endswith("(bitwise equal)") == (diff == 0), line
+    # The stepped cells are a different kernel from both others (they sum the two biases and
+    # multiply [x, h] by one matrix): they agree to rounding, not bits. Most of the 13,824 logits
+    # differ, so this cannot pass by chance. (Fused vs torch.nn may be bitwise equal: with the
+    # "torch" engine our layer runs the kernel torch.nn.LSTM runs.)
+    assert summary["differences"][f"{FUSED} vs {STEPPED}"] > 0
+    assert summary["differences"][f"{STEPPED} vs {TORCH_NN}"] > 0
 
     # Re-check on our own: restore the files and compare the logits of the three on the same
-    # held-out batch the demo used.
+    # held-out batch the demo used, stepping the cells with a loop of our own.
     model, vocab = demo.load_model(out)
     model.eval()
     ids = torch.tensor([vocab.index(ch) for ch in demo.load_text()])
@@ -88,14 +132,19 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     with torch.no_grad():
         x = model.embedding(batch)
         fused = model(batch)[0]
-        by_cells = model.softmax(dynamic_rnn(cells, x, time_major=False)[0])
+        state: Any = cells.zero_state(demo.VERIFY_ROWS)
+        steps = []
+        for t in range(24):
+            h, state = cells(x[:, t], state)
+            steps.append(h)
+        by_cells = model.softmax(torch.stack(steps, 1))
         by_torch = model.softmax(torch_lstm(x.transpose(0, 1))[0].transpose(0, 1))
-    assert float((fused - by_torch).abs().max()) <= 1e-5
-    assert float((fused - by_cells).abs().max()) <= 1e-5
+    tolerance = summary["tolerance"]
+    assert float((fused - by_torch).abs().max()) <= tolerance
+    assert float((fused - by_cells).abs().max()) <= tolerance
     # Both restored from the file alone: the demo's number for this pair is reproduced exactly.
     ours = float((by_cells.double() - by_torch.double()).abs().max())
-    printed = summary["differences"]["MultiRNNCell + dynamic_rnn vs torch.nn.LSTM (to_torch)"]
-    assert ours == pytest.approx(printed, rel=1e-9, abs=1e-12)
+    assert ours == summary["differences"][f"{STEPPED} vs {TORCH_NN}"]
     # The model was trained: the first loss is about log(vocabulary size), and it fell.
     assert summary["losses"][0] == pytest.approx(torch.log(torch.tensor(len(vocab))).item(), 0.1)
     assert summary["losses"][-1] < summary["losses"][0]
@@ -110,6 +159,75 @@ def test_demo_without_matplotlib_still_runs(
     assert main(["demo", *TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]) == 0
     assert "matplotlib is not installed" in capsys.readouterr().out
     assert (out / "lstm.safetensors").is_file() and not (out / "loss.png").exists()
+
+
+def test_demo_fails_when_an_implementation_disagrees(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A compatible cell whose output is off by 1e-3: the two pairs with the stepped cells fail,
+    # the run exits 1 and says which pairs and by how much.
+    forward = CudnnCompatibleLSTMCell.forward
+
+    def off(self: CudnnCompatibleLSTMCell, inputs: torch.Tensor, state: Any) -> Any:
+        h, (c, _) = forward(self, inputs, state)
+        return h + 1e-3, LSTMStateTuple(c, h + 1e-3)
+
+    monkeypatch.setattr(CudnnCompatibleLSTMCell, "forward", off)
+    out = tmp_path / "out"
+    args = ["demo", *TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]
+    assert main(args) == demo.EXIT_MISMATCH
+    captured = capsys.readouterr()
+    assert "FAILED: 2 of 3 pairs disagree beyond the tolerance" in captured.out
+    assert f"{FUSED} vs {TORCH_NN}" in captured.out
+    failed = [line for line in captured.out.splitlines() if "FAILED: beyond" in line]
+    assert len(failed) == 2 and all(STEPPED in line for line in failed)
+    err = captured.err.splitlines()[-1]
+    assert err.startswith("cudnn-rnn demo: verification FAILED: ")
+    assert (
+        f"{FUSED} vs {STEPPED} differ by " in err and f"{STEPPED} vs {TORCH_NN} differ by " in err
+    )
+    assert f"{FUSED} vs {TORCH_NN}" not in err and str(out / "summary.json") in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["agree"]
+    assert summary["differences"][f"{FUSED} vs {STEPPED}"] > summary["tolerance"]
+
+
+def test_step_by_step_calls_each_cell_once_per_step(cell_steps: list[int]) -> None:
+    torch.manual_seed(0)
+    cells = MultiRNNCell([CudnnCompatibleLSTMCell(5), CudnnCompatibleLSTMCell(5)], scope="m")
+    x = torch.randn(3, 7, 4, dtype=torch.float64)
+    cells.build(4)
+    cells.to(torch.float64)
+    with torch.no_grad():
+        for p in cells.parameters():
+            p.uniform_(-0.5, 0.5)
+        state = tuple(
+            LSTMStateTuple(torch.randn(3, 5, dtype=torch.float64), torch.rand(3, 5).double())
+            for _ in range(2)
+        )
+        outputs, final = demo.step_by_step(cells, x, state)
+        assert cell_steps == [3] * 2 * 7
+        fused, fused_final = dynamic_rnn(cells, x, initial_state=state, time_major=False)
+    assert cell_steps == [3] * 2 * 7  # dynamic_rnn took the fused kernel: no cell calls
+    torch.testing.assert_close(outputs, fused, rtol=0, atol=1e-12)
+    torch.testing.assert_close(final, fused_final, rtol=0, atol=1e-12)
+    # Without a state it starts from zeros, in the inputs' dtype and on their device.
+    zeros = cells.zero_state(3, torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(demo.step_by_step(cells, x), demo.step_by_step(cells, x, zeros))
+
+
+def test_layer_engine_names_the_cpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cudnn_rnn, "cpu_engine", lambda: "native (test, 2 threads)", raising=False)
+    assert demo.layer_engine(torch.device("cpu")) == "native (test, 2 threads)"
+    assert demo.layer_engine(torch.device("cuda", 0)) == "torch"  # a CPU engine: not on CUDA
+    monkeypatch.delattr(cudnn_rnn, "cpu_engine")
+
+    def missing(name: str) -> Any:
+        raise AttributeError(name)
+
+    monkeypatch.setattr(cudnn_rnn, "__getattr__", missing)  # no lazy cpu_engine either
+    assert demo.layer_engine(torch.device("cpu")) == "torch"
 
 
 def test_ctrl_c_saves_and_exits_130(tmp_path: Path) -> None:
