@@ -15,7 +15,7 @@ setup(
             sources=["src/cudnn_rnn/_native/engine.c"],
             depends=["src/cudnn_rnn/_native/kernel.inc"],
             extra_compile_args=["-std=gnu11", "-O3", "-pthread", "-fvisibility=default"],
-            extra_link_args=["-pthread"],
+            extra_link_args=["-pthread", "-ldl"],
             optional=True,
         )
     ]

@@ -88,6 +88,23 @@ _LAZY: dict[str, str | None] = {
 }
 
 
+def cpu_engine() -> str:
+    """Which engine runs CPU float32 calls (without projection), and why if not ours.
+
+    ``"native (avx512, 2 threads)"``: our C engine at that instruction set with
+    ``torch.get_num_threads()`` threads; ``"torch (<reason>)"``: torch's kernels, because the
+    engine was not built, cannot load, or ``CUDNN_RNN_NATIVE=0`` is set. Other dtypes, projection
+    and CUDA always run torch's kernels (see :mod:`cudnn_rnn.engines`).
+
+    >>> import cudnn_rnn
+    >>> cudnn_rnn.cpu_engine().split()[0] in ("native", "torch")
+    True
+    """
+    from cudnn_rnn.engines import native
+
+    return native.describe()
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'cudnn_rnn' has no attribute {name!r}")
@@ -128,6 +145,7 @@ __all__ = [
     "__version__",
     "checkpoint",
     "convert",
+    "cpu_engine",
     "dynamic_rnn",
     "ops",
     "stack_bidirectional_dynamic_rnn",

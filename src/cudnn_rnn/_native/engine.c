@@ -9,6 +9,10 @@
  *   cr_backward  per step in reverse: the gradient of the gates' pre-activations (dgi) and
  *                the carried dh, dc (dh_prev = dgates @ R)
  *
+ * Threads: torch's own OpenMP pool when the process has one (cr_use_openmp attaches to the GNU
+ * OpenMP runtime torch loaded, so our steps run on the threads torch's GEMMs just used, and the
+ * two never compete for cores), else a pthread team of our own.
+ *
  * Design (DeepCPU, Zhang et al., USENIX ATC 2018): a persistent team of threads, each owning a
  * slice of the hidden units with all gates' rows of R for them, packed once per call into its
  * own buffer (so they stay in that core's cache for the whole sequence); the gate math runs on
@@ -19,6 +23,7 @@
  * vectors elsewhere); kernel.inc holds the loops once and is compiled once per ISA.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -301,15 +306,47 @@ static void team_run(void (*run)(void *, int), void *job, int nthreads) {
     pthread_mutex_unlock(&team_call);
 }
 
+/* ---- torch's OpenMP pool ------------------------------------------------------------------- */
+
+typedef void (*gomp_parallel_t)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_int_t)(void);
+static _Atomic(gomp_parallel_t) gomp_parallel;
+static omp_int_t omp_thread_num, omp_num_threads;
+
+/* Attaches to a GNU OpenMP runtime that is already loaded (RTLD_NOLOAD: never a second one);
+ * 0 on success. NULL detaches (our own team again). */
+int cr_use_openmp(const char *path) {
+    if (path == NULL) { /* back to our own team */
+        atomic_store(&gomp_parallel, NULL);
+        return 0;
+    }
+    void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (!handle) return -1;
+    gomp_parallel_t parallel = (gomp_parallel_t)dlsym(handle, "GOMP_parallel");
+    omp_int_t num = (omp_int_t)dlsym(handle, "omp_get_thread_num");
+    omp_int_t count = (omp_int_t)dlsym(handle, "omp_get_num_threads");
+    if (!parallel || !num || !count) return -1;
+    omp_thread_num = num;
+    omp_num_threads = count;
+    atomic_store(&gomp_parallel, parallel);
+    return 0;
+}
+
+/* 1 when calls run on an OpenMP pool, 0 on our own team. */
+int cr_threading(void) { return atomic_load(&gomp_parallel) != NULL; }
+
 /* ---- the calls ----------------------------------------------------------------------------- */
 
 typedef struct {
     const isa_t *isa;
     const void *args;
+    int64_t units;
     slice_t slices[CR_MAX_THREADS];
     shared_t shared;
     int backward;
 } job_t;
+
+static void split_units(job_t *job, int64_t units, int nthreads);
 
 static void job_run(void *p, int tid) {
     job_t *job = p;
@@ -317,6 +354,22 @@ static void job_run(void *p, int tid) {
         job->isa->backward(job->args, &job->slices[tid], &job->shared);
     else
         job->isa->forward(job->args, &job->slices[tid], &job->shared);
+}
+
+/* OpenMP may give a region fewer threads than asked (nesting, limits): then its first thread
+ * does the whole call alone, the same arithmetic. */
+static void openmp_entry(void *p) {
+    job_t *job = p;
+    int tid = omp_thread_num();
+    if (omp_num_threads() != job->shared.nthreads) {
+        if (tid == 0) {
+            job->shared.nthreads = 1;
+            split_units(job, job->units, 1);
+            job_run(job, 0);
+        }
+        return;
+    }
+    job_run(job, tid);
 }
 
 /* Threads by rule: never more than slices of VEC units, and one thread when a step's product
@@ -341,7 +394,9 @@ static void split_units(job_t *job, int64_t units, int nthreads) {
 static int run_job(job_t *job, int64_t threads, int64_t mode, int64_t batch, int64_t units,
                    int64_t width, int lstm_carry, int dh_carry) {
     int want = threads_for(threads, batch, gates_of(mode), units, job->isa->vec);
-    int nthreads = team_acquire(want);
+    gomp_parallel_t openmp = atomic_load(&gomp_parallel);
+    int nthreads = openmp ? want : team_acquire(want);
+    job->units = units;
     shared_t *sh = &job->shared;
     sh->nthreads = nthreads;
     atomic_init(&sh->count, 0);
@@ -353,9 +408,11 @@ static int run_job(job_t *job, int64_t threads, int64_t mode, int64_t batch, int
     sh->c = lstm_carry ? aligned_floats(batch * units) : NULL;
     sh->dh = dh_carry ? aligned_floats(batch * units) : NULL;
     int ok = sh->h[0] && sh->h[1] && (!lstm_carry || sh->c) && (!dh_carry || sh->dh);
-    if (ok)
+    if (ok && openmp && nthreads > 1)
+        openmp(openmp_entry, job, (unsigned)nthreads, 0);
+    else if (ok)
         team_run(job_run, job, nthreads);
-    else if (nthreads > 1)
+    else if (nthreads > 1 && !openmp)
         pthread_mutex_unlock(&team_call);
     free(sh->h[0]);
     free(sh->h[1]);

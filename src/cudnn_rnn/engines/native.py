@@ -128,7 +128,23 @@ def _load() -> ctypes.CDLL:
     lib.cr_level_name.restype = ctypes.c_char_p
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
+    lib.cr_use_openmp.argtypes = [ctypes.c_char_p]
+    _share_torch_threads(lib)
     return lib
+
+
+def _share_torch_threads(lib: ctypes.CDLL) -> None:
+    """Run on torch's own OpenMP threads where torch has a GNU OpenMP runtime loaded.
+
+    Two thread pools in one process fight for the cores: the one that just finished a GEMM
+    keeps spinning while the other starts the time loop (measured in docs/design_notes.md).
+    The library attaches only to a runtime already loaded; otherwise it keeps its own team.
+    """
+    lib_dir = Path(torch.__file__).resolve().parent / "lib"
+    candidates = [str(p) for p in sorted(lib_dir.glob("libgomp*.so*"))] + ["libgomp.so.1"]
+    for path in candidates:
+        if lib.cr_use_openmp(path.encode()) == 0:
+            return
 
 
 _state: _Library | None = None
@@ -205,7 +221,8 @@ def describe() -> str:
     if state.lib is None:
         return f"torch ({state.reason})"
     level = state.lib.cr_level_name(state.lib.cr_level()).decode()
-    return f"native ({level}, {torch.get_num_threads()} threads)"
+    pool = "torch's OpenMP pool" if state.lib.cr_threading() else "own thread team"
+    return f"native ({level}, {torch.get_num_threads()} threads, {pool})"
 
 
 def activation(kind: str, x: Tensor) -> Tensor:

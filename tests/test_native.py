@@ -1,0 +1,392 @@
+"""The native CPU engine: dispatch, numerics at every instruction set, bits, threads, fallback.
+
+The full oracle grid (tests/test_ops_oracle.py) runs its float32 cases on this engine (asserted
+below); here: what is particular to the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import cudnn_rnn
+from cudnn_rnn import engines
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines import loop, native
+from tests.helpers import (
+    assert_matches_oracle,
+    make_case,
+    make_op,
+    run_oracle,
+    run_ours,
+    torch_module,
+)
+
+MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+LEVELS = native.level_names()
+
+pytestmark = pytest.mark.skipif(
+    not native.available(), reason=f"native engine not loaded: {cudnn_rnn.cpu_engine()}"
+)
+
+
+@pytest.fixture
+def count_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Records every native forward/backward call."""
+    calls: list[str] = []
+    fwd, bwd = native.forward, native.backward
+
+    def forward(*a: Any, **k: Any) -> Any:
+        calls.append("forward")
+        return fwd(*a, **k)
+
+    def backward(*a: Any, **k: Any) -> Any:
+        calls.append("backward")
+        return bwd(*a, **k)
+
+    monkeypatch.setattr(native, "forward", forward)
+    monkeypatch.setattr(native, "backward", backward)
+    yield calls
+
+
+def test_cpu_float32_runs_native_by_rule() -> None:
+    spec = RNNSpec("gru", 1, 4, 3)
+    cpu = torch.device("cpu")
+    assert cudnn_rnn.cpu_engine().startswith("native (")
+    for grad in (False, True):
+        for lengths in (False, True):
+            for traced in (False, True):
+                got = engines.select(spec, cpu, torch.float32, grad, lengths, traced)
+                assert got == engines.NATIVE
+    # float64 and projection keep torch's kernels (and the loop for training).
+    assert engines.select(spec, cpu, torch.float64, False, False) == engines.TORCH
+    proj = RNNSpec("lstm", 1, 4, 3, num_proj=2)
+    assert engines.select(proj, cpu, torch.float32, True, False) == engines.LOOP
+
+
+def test_oracle_grid_float32_goes_through_native(count_native: list[str]) -> None:
+    spec = RNNSpec("lstm", 2, 3, 2, "linear_input", "bidirectional")
+    case = make_case(spec, 4, 3, seed=1, varlen=True, time_major=False)
+    assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
+    assert count_native == ["forward"]
+
+
+def _grid() -> list[tuple[Any, ...]]:
+    cases = []
+    for mode in MODES:
+        for layers, direction, input_mode, varlen, time_major in (
+            (1, "unidirectional", "linear_input", False, True),
+            (2, "bidirectional", "skip_input", True, False),
+            (2, "bidirectional", "linear_input", True, True),
+            (3, "unidirectional", "skip_input", False, False),
+        ):
+            cases.append((mode, layers, direction, input_mode, varlen, time_major))
+    return cases
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("case", _grid(), ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize(
+    # (T, B, input, units): ones; tails of every vector width; two threads and several row
+    # blocks of the micro-kernel (B > 6) with a partial last vector (units 40).
+    "sizes",
+    [(1, 1, 1, 1), (5, 3, 2, 19), (4, 13, 7, 40)],
+    ids=["ones", "tails", "threads"],
+)
+def test_every_isa_matches_oracle(
+    level: str, case: tuple[Any, ...], sizes: tuple[int, int, int, int], count_native: list[str]
+) -> None:
+    mode, layers, direction, input_mode, varlen, time_major = case
+    steps, batch, in_size, units = sizes
+    if input_mode == "skip_input":
+        in_size = units
+    spec = RNNSpec(mode, layers, units, in_size, input_mode, direction)
+    c = make_case(spec, steps, batch, seed=zlib.crc32(repr(case).encode()), varlen=varlen,
+                  time_major=time_major)  # fmt: skip
+    with native.use_level(level):
+        assert_matches_oracle(c, torch.float32, atol=1e-5, rtol=1e-5, requires_grad=True)
+    assert count_native == ["forward"]
+
+
+def _problem(mode: str, seed: int = 0) -> tuple[Any, ...]:
+    """A two-layer bidirectional problem with lengths, big enough for two threads."""
+    g = torch.Generator().manual_seed(seed)
+    units, batch, steps = 72, 9, 6
+    spec = RNNSpec(mode, 2, units, units, "linear_input", "bidirectional")
+    layout = layout_of(spec)
+    params = torch.randn(layout.size, generator=g) / units**0.5
+    x = torch.randn(steps, batch, units, generator=g)
+    h0 = torch.randn(4, batch, units, generator=g)
+    c0 = torch.randn(4, batch, units, generator=g) if mode == "lstm" else None
+    lengths = torch.tensor([6, 2, 3, 6, 1, 4, 6, 5, 2])
+    return layout, params, x, h0, c0, lengths
+
+
+def _run(engine: Any, problem: tuple[Any, ...]) -> list[torch.Tensor]:
+    layout, params, x, h0, c0, lengths = problem
+    if engine is native:
+        y, hn, cn, ws = native.forward(layout, params, x, h0, c0, lengths, None, True)
+    else:
+        y, hn, cn, ws = engine.forward(layout, params, x, h0, c0, lengths, None)
+    g = torch.Generator().manual_seed(7)
+    dy = torch.randn(y.shape, generator=g)
+    dhy = torch.randn(hn.shape, generator=g)
+    dcy = torch.randn(cn.shape, generator=g) if cn is not None else None
+    grads = engine.backward(layout, params, x, h0, c0, lengths, None, ws, dy, dhy, dcy)
+    return [t for t in (y, hn, cn, *grads) if t is not None]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_same_bits_every_call_every_thread_count_avx2_and_avx512(mode: str) -> None:
+    """The claims of the docs: repeatable, independent of the threads (count, pool); AVX-512 ==
+    AVX2 (both contract to FMA)."""
+    problem = _problem(mode)
+    threads = torch.get_num_threads()
+    reference = _run(native, problem)
+    try:
+        results = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            results.append(_run(native, problem))
+        for level in set(LEVELS) & {"avx2", "avx512"}:
+            with native.use_level(level):
+                results.append(_run(native, problem))
+        lib = native._library().lib
+        assert lib is not None
+        lib.cr_use_openmp(None)  # our own thread team instead of torch's OpenMP pool
+        try:
+            results.append(_run(native, problem))
+        finally:
+            native._share_torch_threads(lib)
+    finally:
+        torch.set_num_threads(threads)
+    for result in results:
+        assert all(torch.equal(a, b) for a, b in zip(reference, result))
+
+
+def _grads(module: Any, dtype: torch.dtype, case: Any, ours: bool) -> torch.Tensor:
+    """Gradients of every input and parameter of a weighted sum of the output, flattened."""
+    x = torch.as_tensor(case.x).to(dtype).requires_grad_()
+    h0 = torch.as_tensor(case.h0).to(dtype).requires_grad_()
+    if ours:
+        params = module.canonical_to_params(case.weights, case.biases).to(dtype)
+        params.requires_grad_()
+        out = module(x, h0, params)[0]
+        leaves = [x, h0, params]
+    else:
+        out = module(x, h0)[0]
+        leaves = [x, h0, *module.parameters()]
+    weight = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view(out.shape)
+    grads = torch.autograd.grad((out * weight.to(dtype)).sum(), leaves)
+    return torch.cat([g.flatten() for g in grads]).double()
+
+
+@pytest.mark.parametrize("mode", ["gru", "rnn_tanh", "rnn_relu"])
+def test_gradients_within_float32_rounding_of_torch(mode: str) -> None:
+    """Our float32 gradients are as close to float64 as torch.nn's float32 ones.
+
+    Each float32 result is compared with the same implementation in float64 (our float64 runs
+    the loop engine, torch.nn its own kernels); the relative errors are float32 rounding, and
+    ours must not be larger than torch's by more than a small factor. (LSTM: torch's float32
+    is oneDNN, whose error is of the same size; covered by the oracle grid's gradients.)
+    """
+    spec = RNNSpec(mode, 2, 48, 20, "linear_input", "bidirectional")
+    case = make_case(spec, 12, 5, seed=3)
+    errors = {}
+    for name in ("ours", "torch"):
+        ours = name == "ours"
+
+        def build(dtype: torch.dtype, ours: bool = ours) -> Any:
+            if ours:
+                return make_op(spec, dtype)
+            return torch_module(spec, case.weights, case.biases).to(dtype)
+
+        g64 = _grads(build(torch.float64), torch.float64, case, ours)
+        g32 = _grads(build(torch.float32), torch.float32, case, ours)
+        errors[name] = ((g32 - g64).abs().max() / g64.abs().max()).item()
+    assert 0 < errors["ours"] <= 4 * errors["torch"] + 1e-7, errors
+
+
+@pytest.mark.parametrize("kind,bound", [("sigmoid", 3.0), ("tanh", 2.0), ("exp", 1.5)])
+@pytest.mark.parametrize("level", LEVELS)
+def test_activation_accuracy_in_ulp(kind: str, bound: float, level: str) -> None:
+    """docs/design_notes.md states these bounds: over [-87, 87] in float32, against float64."""
+    x = np.concatenate(
+        [
+            np.linspace(-30, 30, 600_001),
+            np.geomspace(1e-30, 1, 50_001),
+            -np.geomspace(1e-30, 1, 50_001),
+            np.linspace(-87, 87, 50_001),
+            [0.0, -0.0, 0.625, -0.625, np.nextafter(np.float32(0.625), np.float32(0))],
+        ]
+    ).astype(np.float32)
+    reference = {
+        "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+        "tanh": np.tanh,
+        "exp": np.exp,
+    }[kind]
+    with native.use_level(level):
+        got = native.activation(kind, torch.from_numpy(x)).numpy().astype(np.float64)
+    want = reference(x.astype(np.float64))
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    errors = np.abs(got - want) / ulp
+    assert errors.max() <= bound, (x[np.argmax(errors)], errors.max())
+    assert errors.max() > 0.1  # the comparison sees rounding at all
+    if kind == "tanh":  # odd and exact at 0, and saturates exactly
+        edges = torch.tensor([0.0, -0.0, 20.0, -20.0, 1e30, -1e30])
+        got_edges = native.activation(kind, edges)
+        assert got_edges.tolist() == [0.0, 0.0, 1.0, -1.0, 1.0, -1.0]
+        assert torch.equal(torch.signbit(got_edges), torch.signbit(edges))
+
+
+def test_concurrent_calls_give_the_same_bits() -> None:
+    """Calls from several Python threads: one gets the team, the others run on their own thread
+    (results do not depend on the count)."""
+    problem = _problem("lstm", seed=5)
+    want = _run(native, problem)
+    failures: list[str] = []
+
+    def worker() -> None:
+        for _ in range(5):
+            got = _run(native, problem)
+            if not all(torch.equal(a, b) for a, b in zip(want, got)):
+                failures.append("differs")
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_starts_its_own_team() -> None:
+    """Our own team (used where torch has no GNU OpenMP runtime to share): the parent's workers
+    do not exist in a forked child, so a two-thread call there must start a team of its own.
+    (The child calls the C library only: torch's OpenMP pool, and the engine on it, cannot run
+    in a child forked after it ran, as with any torch operator.)"""
+    lib = native._library().lib
+    assert lib is not None
+    lib.cr_use_openmp(None)
+    try:
+        _fork_and_call()
+    finally:
+        native._share_torch_threads(lib)
+    assert lib.cr_threading() == 1
+
+
+def _fork_and_call() -> None:
+    units, batch, steps = 128, 8, 5  # B * H * H over the engine's one-thread threshold
+    g = torch.Generator().manual_seed(0)
+    gi = torch.randn(steps, batch, units, generator=g)
+    r = torch.randn(units, units, generator=g) / units**0.5
+    h0 = torch.zeros(batch, units)
+    outs = [torch.empty(steps, batch, units) for _ in range(2)]
+    hns = [torch.empty(batch, units) for _ in range(2)]
+
+    def args(k: int) -> Any:
+        return native._ForwardArgs(
+            mode=native.MODE_CODES["rnn_tanh"], steps=steps, batch=batch, units=units,
+            threads=2, gi=gi.data_ptr(), gi_st=batch * units, gi_sb=units, r=r.data_ptr(),
+            h0=h0.data_ptr(), y=outs[k].data_ptr(), y_st=batch * units, y_sb=units,
+            hn=hns[k].data_ptr(),
+        )  # fmt: skip
+
+    native._call("cr_forward", args(0))  # the parent's team exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 when the call finished and agrees
+        try:
+            native._call("cr_forward", args(1))
+            same = outs[0].numpy().tobytes() == outs[1].numpy().tobytes()
+            os._exit(0 if same else 3)
+        finally:
+            os._exit(4)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's call did not finish in 60 s")
+
+
+def test_agrees_with_the_loop_engine_on_large_sizes() -> None:
+    """Several threads, row blocks and column blocks; both training engines, float32."""
+    for mode in MODES:
+        problem = _problem(mode, seed=11)
+        ours, theirs = _run(native, problem), _run(loop, problem)
+        for a, b in zip(ours, theirs):
+            scale = b.abs().max().item() + 1e-6
+            assert (a - b).abs().max().item() <= 2e-5 * scale, mode
+
+
+def test_disabled_by_environment_runs_torch_kernels() -> None:
+    """CUDNN_RNN_NATIVE=0: no warning, torch's kernels, the same numbers."""
+    code = (
+        "import warnings, torch, cudnn_rnn; warnings.simplefilter('error');"
+        "from tests.helpers import make_case, run_ours, run_oracle;"
+        "from cudnn_rnn.core.spec import RNNSpec;"
+        "from cudnn_rnn import engines;"
+        "spec = RNNSpec('gru', 2, 5, 3, direction='bidirectional');"
+        "c = make_case(spec, 4, 3, seed=0, varlen=True);"
+        "y = run_ours(c, torch.float32, True)[0].detach().double().numpy();"
+        "import numpy as np; np.testing.assert_allclose(y, run_oracle(c)[0], atol=1e-5);"
+        "assert engines.select(spec, torch.device('cpu'), torch.float32, True, True) == 'loop';"
+        "print(cudnn_rnn.cpu_engine())"
+    )
+    env = {**os.environ, native.ENV: "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "torch (disabled by CUDNN_RNN_NATIVE=0)"
+
+
+def test_missing_library_falls_back_and_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_library() -> Any:
+        raise OSError("the native engine is not built (simulated)")
+
+    monkeypatch.setattr(native, "_load", no_library)
+    native._reload()
+    try:
+        spec = RNNSpec("rnn_relu", 1, 3, 2)
+        case = make_case(spec, 3, 2, seed=4)
+        with pytest.warns(native.NativeEngineWarning, match="not built .simulated.") as record:
+            for grad in (False, True):
+                assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=grad)
+        assert len(record) == 1
+        assert cudnn_rnn.cpu_engine() == "torch (the native engine is not built (simulated))"
+        cpu = torch.device("cpu")
+        assert engines.select(spec, cpu, torch.float32, True, False) == engines.LOOP
+    finally:
+        monkeypatch.undo()
+        native._reload()
+    assert native.available()
+
+
+def test_use_level_refuses_unknown_instruction_sets() -> None:
+    with pytest.raises(ValueError, match="instruction set 'neon' is not available here"):
+        native.use_level("neon")
+
+
+def test_run_ours_and_oracle_agree_at_batch_one_step_one() -> None:
+    for mode in MODES:
+        case = make_case(RNNSpec(mode, 1, 1, 1), 1, 1, seed=9)
+        got = run_ours(case, torch.float32)[0].double().numpy()
+        np.testing.assert_allclose(got, run_oracle(case)[0], atol=1e-6)
