@@ -184,7 +184,8 @@ def test_run_pytest_without_a_tests_folder(tmp_path: Path) -> None:
 def test_environment_names_the_engines() -> None:
     env = gpu_check.environment("cpu")
     assert env["device"] == "cpu" and env["torch"]
-    assert "no gradient: `torch`" in env["engines on this device"]
+    # On a CPU the native engine runs float32 calls (CUDA keeps torch's kernels and the loop).
+    assert env["engines on this device"] == "no gradient: `native`; gradient: `native`"
 
 
 def _fake_tests(root: Path) -> Path:
@@ -227,7 +228,7 @@ def test_main_runs_every_section_on_cpu(
     assert [len(p) for p in written] == [4, 3, 2, 1, 0]
     assert "Result: 2 of 2 passed." in text  # the layout section: test_cuda.py's two cases
     assert "Result: 3 of 3 passed." in text  # opcheck: forward twice, backward once
-    assert "| GRU bi | 4, 2, 6 | `torch` / `loop` |" in text
+    assert "| GRU bi | 4, 2, 6 | `native` / `native` |" in text
     assert "| CudnnGRU(2, 32, bidirectional), input 16 | aot_eager |" in text
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("gpu-check: wrote ")
 

@@ -16,6 +16,7 @@ import cudnn_rnn
 from cudnn_rnn import convert, engines, operator
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines import native
 from cudnn_rnn.layers import LAYER_CLASSES
 from tests.helpers import assert_matches_oracle, make_case
 
@@ -217,7 +218,9 @@ def test_opcheck(spec: RNNSpec, need_grad: bool) -> None:
         torch.library.opcheck(torch.ops.cudnn_rnn.rnn_backward.default, back)
 
 
-def test_opcheck_onednn_engine() -> None:
+def test_opcheck_onednn_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The oneDNN engine trains LSTMs where the native engine is not loaded."""
+    monkeypatch.setattr(native, "supports", lambda *a: False)
     spec = RNNSpec("lstm", 2, 3, 2, direction="bidirectional")
     assert engines.select(spec, torch.device("cpu"), torch.float32, True, False) == "onednn"
     params = (torch.randn(layout_of(spec).size) * 0.3).requires_grad_()
@@ -357,25 +360,29 @@ def test_zero_steps_fails_as_in_torch_nn_with_our_message() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_engines_agree_with_the_oracle_in_training(mode: str) -> None:
-    """Gradient-keeping engines (oneDNN for float32 LSTM, our loop elsewhere) match the oracle."""
+    """The gradient-keeping engine of float32 CPU calls (native) matches the oracle."""
     spec = RNNSpec(mode, 2, 3, 2, direction="bidirectional")
     case = make_case(spec, 5, 3, seed=2)
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
 
 
-def test_onednn_and_loop_gradients_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_engines_agree_with_dropout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN, the native engine and the loop: the same outputs and gradients (float32)."""
     op = cudnn_rnn.ops.CudnnLSTM(
         3, 4, 4, input_mode="skip_input", direction="bidirectional", dropout=0.5, seed=5
     )
     params = (torch.randn(op.params_size()) * 0.3).requires_grad_()
     args = [torch.randn(*s, requires_grad=True) for s in ((6, 3, 4), (6, 3, 4), (6, 3, 4))]
     results = {}
-    for engine in ("onednn", "loop"):
+    for engine in ("onednn", "native", "loop"):
         monkeypatch.setattr(engines, "select", lambda *a, e=engine, **k: e if a[3] else "torch")
         op._dropout_step.zero_()  # the same masks for both engines
         out = op(*args, params)
         weights = [torch.linspace(-1, 1, o.numel()).view(o.shape) for o in out]
         loss = sum((o * w).sum() for o, w in zip(out, weights))
         results[engine] = (*out, *torch.autograd.grad(loss, [params, *args]))
-    for a, b in zip(results["onednn"], results["loop"]):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for other in ("onednn", "native"):
+        for a, b in zip(results[other], results["loop"]):
+            np.testing.assert_allclose(
+                a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=other
+            )
