@@ -155,10 +155,11 @@ def weight_grads(
         torch.mm(flat_n.t(), flat_h, out=gw.r[2 * units :])
         torch.sum(flat_gi[:, : 2 * units], dim=0, out=gw.br[: 2 * units])
         torch.sum(flat_n, dim=0, out=gw.br[2 * units :])
-    else:
+        torch.sum(flat_gi, dim=0, out=gw.bw)
+    else:  # both biases sit in every gate's sum: the same gradient
         torch.mm(flat_gi.t(), flat_h, out=gw.r)
-        torch.sum(flat_gi, dim=0, out=gw.br)
-    torch.sum(flat_gi, dim=0, out=gw.bw)
+        torch.sum(flat_gi, dim=0, out=gw.bw)
+        gw.br.copy_(gw.bw)
     if gw.w is None:  # skip_input: the input was added to every gate
         return dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
     assert wt.w is not None
