@@ -7,7 +7,11 @@ TORCH  := torch==2.13.0
 
 .PHONY: test demo bench gpu-check install lint typecheck pytest clean
 
-$(VENV)/.installed: pyproject.toml
+# The editable install also compiles the native engine (setup.py; optional: without a C compiler
+# the package installs and runs torch's kernels). Its sources are prerequisites, so an edit rebuilds.
+NATIVE := setup.py $(wildcard src/cudnn_rnn/_native/*)
+
+$(VENV)/.installed: pyproject.toml $(NATIVE)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# torch is pinned here (a CPU wheel on our machines); the package itself asks for a range.
@@ -47,4 +51,4 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/cudnn-rnn demo $(DEMO_ARGS)
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info src/cudnn_rnn/*.so .pytest_cache .mypy_cache .ruff_cache

@@ -7,6 +7,7 @@ below); here: what is particular to the engine.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -36,7 +37,15 @@ from tests.helpers import (
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LEVELS = native.level_names()
 
-pytestmark = pytest.mark.skipif(
+
+def test_engine_is_built_where_a_compiler_is() -> None:
+    """`make test` builds the engine from source: with a C compiler here, it must have loaded."""
+    if native.ENV in os.environ or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here, or the engine is switched by CUDNN_RNN_NATIVE")
+    assert native.available(), cudnn_rnn.cpu_engine()
+
+
+needs_engine = pytest.mark.skipif(
     not native.available(), reason=f"native engine not loaded: {cudnn_rnn.cpu_engine()}"
 )
 
@@ -60,6 +69,7 @@ def count_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield calls
 
 
+@needs_engine
 def test_cpu_float32_runs_native_by_rule() -> None:
     spec = RNNSpec("gru", 1, 4, 3)
     cpu = torch.device("cpu")
@@ -75,6 +85,7 @@ def test_cpu_float32_runs_native_by_rule() -> None:
     assert engines.select(proj, cpu, torch.float32, True, False) == engines.LOOP
 
 
+@needs_engine
 def test_oracle_grid_float32_goes_through_native(count_native: list[str]) -> None:
     spec = RNNSpec("lstm", 2, 3, 2, "linear_input", "bidirectional")
     case = make_case(spec, 4, 3, seed=1, varlen=True, time_major=False)
@@ -95,6 +106,7 @@ def _grid() -> list[tuple[Any, ...]]:
     return cases
 
 
+@needs_engine
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("case", _grid(), ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize(
@@ -147,6 +159,7 @@ def _run(engine: Any, problem: tuple[Any, ...]) -> list[torch.Tensor]:
     return [t for t in (y, hn, cn, *grads) if t is not None]
 
 
+@needs_engine
 @pytest.mark.parametrize("mode", MODES)
 def test_same_bits_every_call_every_thread_count_avx2_and_avx512(mode: str) -> None:
     """The claims of the docs: repeatable, independent of the threads (count, pool); AVX-512 ==
@@ -192,6 +205,7 @@ def _grads(module: Any, dtype: torch.dtype, case: Any, ours: bool) -> torch.Tens
     return torch.cat([g.flatten() for g in grads]).double()
 
 
+@needs_engine
 @pytest.mark.parametrize("mode", ["gru", "rnn_tanh", "rnn_relu"])
 def test_gradients_within_float32_rounding_of_torch(mode: str) -> None:
     """Our float32 gradients are as close to float64 as torch.nn's float32 ones.
@@ -218,6 +232,7 @@ def test_gradients_within_float32_rounding_of_torch(mode: str) -> None:
     assert 0 < errors["ours"] <= 4 * errors["torch"] + 1e-7, errors
 
 
+@needs_engine
 @pytest.mark.parametrize("kind,bound", [("sigmoid", 3.0), ("tanh", 2.0), ("exp", 1.5)])
 @pytest.mark.parametrize("level", LEVELS)
 def test_activation_accuracy_in_ulp(kind: str, bound: float, level: str) -> None:
@@ -250,6 +265,7 @@ def test_activation_accuracy_in_ulp(kind: str, bound: float, level: str) -> None
         assert torch.equal(torch.signbit(got_edges), torch.signbit(edges))
 
 
+@needs_engine
 def test_concurrent_calls_give_the_same_bits() -> None:
     """Calls from several Python threads: one gets the team, the others run on their own thread
     (results do not depend on the count)."""
@@ -272,6 +288,7 @@ def test_concurrent_calls_give_the_same_bits() -> None:
     assert failures == []
 
 
+@needs_engine
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_starts_its_own_team() -> None:
     """Our own team (used where torch has no GNU OpenMP runtime to share): the parent's workers
@@ -326,6 +343,7 @@ def _fork_and_call() -> None:
     pytest.fail("the forked child's call did not finish in 60 s")
 
 
+@needs_engine
 def test_agrees_with_the_loop_engine_on_large_sizes() -> None:
     """Several threads, row blocks and column blocks; both training engines, float32."""
     for mode in MODES:
@@ -358,6 +376,7 @@ def test_disabled_by_environment_runs_torch_kernels() -> None:
     assert out.stdout.strip() == "torch (disabled by CUDNN_RNN_NATIVE=0)"
 
 
+@needs_engine
 def test_missing_library_falls_back_and_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_library() -> Any:
         raise OSError("the native engine is not built (simulated)")
@@ -380,11 +399,13 @@ def test_missing_library_falls_back_and_says_so_once(monkeypatch: pytest.MonkeyP
     assert native.available()
 
 
+@needs_engine
 def test_use_level_refuses_unknown_instruction_sets() -> None:
     with pytest.raises(ValueError, match="instruction set 'neon' is not available here"):
         native.use_level("neon")
 
 
+@needs_engine
 def test_run_ours_and_oracle_agree_at_batch_one_step_one() -> None:
     for mode in MODES:
         case = make_case(RNNSpec(mode, 1, 1, 1), 1, 1, seed=9)

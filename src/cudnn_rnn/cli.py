@@ -7,7 +7,7 @@ between those formats; the destination's format follows its extension (``.safete
 ``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
 ``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
 in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-rnn bench`` runs
-the benchmark suite against ``torch.nn``, onnxruntime and Keras and writes ``benchmarks.md``,
+the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes ``benchmarks.md``,
 ``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do.
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench_cmd = sub.add_parser(
         "bench",
-        help="benchmark against torch.nn, onnxruntime and Keras",
+        help="benchmark against torch.nn, onnxruntime, OpenVINO and Keras",
         description=(bench.__doc__ or "").split("\n\n")[0].replace("``", ""),
         epilog="Writes benchmarks.md, benchmarks.json and benchmarks.png into --out (make bench: "
         "docs/). --quick runs tiny shapes: a check of the suite, not a measurement.",
