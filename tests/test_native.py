@@ -311,14 +311,15 @@ def _fork_and_call() -> None:
     gi = torch.randn(steps, batch, units, generator=g)
     r = torch.randn(units, units, generator=g) / units**0.5
     h0 = torch.zeros(batch, units)
+    bias = torch.zeros(units)
     outs = [torch.empty(steps, batch, units) for _ in range(2)]
     hns = [torch.empty(batch, units) for _ in range(2)]
 
     def args(k: int) -> Any:
         return native._ForwardArgs(
             mode=native.MODE_CODES["rnn_tanh"], steps=steps, batch=batch, units=units,
-            threads=2, gi=gi.data_ptr(), gi_st=batch * units, gi_sb=units, r=r.data_ptr(),
-            h0=h0.data_ptr(), y=outs[k].data_ptr(), y_st=batch * units, y_sb=units,
+            threads=2, gi=gi.data_ptr(), gi_st=batch * units, gi_sb=units, bi=bias.data_ptr(),
+            r=r.data_ptr(), h0=h0.data_ptr(), y=outs[k].data_ptr(), y_st=batch * units, y_sb=units,
             hn=hns[k].data_ptr(),
         )  # fmt: skip
 
@@ -411,3 +412,14 @@ def test_run_ours_and_oracle_agree_at_batch_one_step_one() -> None:
         case = make_case(RNNSpec(mode, 1, 1, 1), 1, 1, seed=9)
         got = run_ours(case, torch.float32)[0].double().numpy()
         np.testing.assert_allclose(got, run_oracle(case)[0], atol=1e-6)
+
+
+@needs_engine
+def test_library_refuses_bad_sizes_and_missing_pointers() -> None:
+    x, r, y, hn = torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.zeros(4)  # alive
+    good = dict(mode=1, steps=1, batch=1, units=4, threads=1, gi=x.data_ptr(), bi=x.data_ptr(),
+                r=r.data_ptr(), h0=x.data_ptr(), y=y.data_ptr(), hn=hn.data_ptr())  # fmt: skip
+    native._call("cr_forward", native._ForwardArgs(**good))
+    for bad in ({"bi": None}, {"steps": 0}, {"mode": 7}, {"mode": 3}):  # mode 3: the GRU's bR
+        with pytest.raises(RuntimeError, match=r"cr_forward refused its arguments \(2\)"):
+            native._call("cr_forward", native._ForwardArgs(**{**good, **bad}))

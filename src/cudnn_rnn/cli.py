@@ -7,8 +7,8 @@ between those formats; the destination's format follows its extension (``.safete
 ``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
 ``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
 in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-rnn bench`` runs
-the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes ``benchmarks.md``,
-``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
+the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes
+``benchmarks.md``, ``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do.
 """

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 1
+#define CR_ABI_VERSION 2
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -45,8 +45,9 @@
  * direction; `lengths` (NULL: all T) follows cuDNN's padded semantics. */
 typedef struct {
     int64_t mode, steps, batch, units, reverse, threads;
-    const float *gi; /* [T, B, G*H] input projection + biases (the GRU: bW only) */
+    const float *gi; /* [T, B, G*H] input projection, without bias */
     int64_t gi_st, gi_sb;
+    const float *bi; /* [G*H] its bias: bW + bR (the GRU: bW; its bR sits inside r * (...)) */
     const float *r;  /* [G*H, H] recurrent weights, cuDNN's gate order */
     const float *br; /* [G*H] the GRU's recurrent bias (NULL otherwise) */
     const float *h0, *c0;
@@ -450,9 +451,14 @@ static int valid_sizes(int64_t mode, int64_t steps, int64_t batch, int64_t units
     return mode >= CR_RNN_RELU && mode <= CR_GRU && steps >= 1 && batch >= 1 && units >= 1;
 }
 
-/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes. */
+/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes or a
+ * missing pointer. */
 int cr_forward(const cr_forward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
+    if (!a->gi || !a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
+    if (a->mode == CR_GRU && !a->br) return 2;
+    if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
+    if (a->ws_gates && (!a->ws_hprev || (gates_of(a->mode) > 1 && !a->ws_extra))) return 2;
     job_t *job = calloc(1, sizeof(job_t));
     if (!job) return 1;
     job->isa = isa_of(cr_level());
@@ -465,6 +471,9 @@ int cr_forward(const cr_forward_args *a) {
 
 int cr_backward(const cr_backward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
+    if (!a->r || !a->gates || !a->hprev || !a->dy || !a->dgi || !a->dh0) return 2;
+    if (a->mode == CR_GRU && (!a->extra || !a->dghn)) return 2;
+    if (a->mode == CR_LSTM && (!a->extra || !a->c0 || !a->dc0)) return 2;
     job_t *job = calloc(1, sizeof(job_t));
     if (!job) return 1;
     job->isa = isa_of(cr_level());

@@ -58,7 +58,7 @@ __all__ = [
 
 NAME = "native"
 ENV = "CUDNN_RNN_NATIVE"
-ABI_VERSION = 1
+ABI_VERSION = 2
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -81,7 +81,7 @@ class _ForwardArgs(ctypes.Structure):
     """Mirror of ``cr_forward_args`` in engine.c."""
 
     _fields_ = _fields(
-        f"{_SIZES} *gi gi_st gi_sb *r *br *h0 *c0 *lengths *y y_st y_sb "
+        f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
         "*hn *cn *ws_gates *ws_hprev *ws_extra"
     )
 
@@ -287,12 +287,14 @@ def forward(
         for d in range(dirs):
             p = layer * dirs + d
             wt = weights[p]
-            # LSTM and RNN sum the two biases; the GRU's bR_h sits inside r * (...).
+            # LSTM and RNN sum the two biases; the GRU's bR_h sits inside r * (...). The loop
+            # adds the bias: torch's addmm would first copy it into every row.
             bias = wt.bw if spec.mode == CUDNN_GRU else wt.bw + wt.br
             if wt.w is None:  # skip_input: the input itself goes into every gate
-                gi = layer_input.repeat(1, 1, gates) + bias
+                gi = layer_input.repeat(1, 1, gates)
             else:
-                gi = torch.addmm(bias, layer_input.reshape(steps * batch, -1), wt.w.t())
+                gi = torch.mm(layer_input.reshape(steps * batch, -1), wt.w.t())
+            args.bi = bias.data_ptr()
             args.reverse = d
             args.gi = gi.data_ptr()
             args.r = wt.r.data_ptr()
