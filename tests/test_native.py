@@ -420,6 +420,10 @@ def test_library_refuses_bad_sizes_and_missing_pointers() -> None:
     good = dict(mode=1, steps=1, batch=1, units=4, threads=1, gi=x.data_ptr(), bi=x.data_ptr(),
                 r=r.data_ptr(), h0=x.data_ptr(), y=y.data_ptr(), hn=hn.data_ptr())  # fmt: skip
     native._call("cr_forward", native._ForwardArgs(**good))
+    # A cell state given to a mode without one is ignored (it crashed once).
+    c = torch.full((4,), 7.0)
+    native._call("cr_forward", native._ForwardArgs(**good, c0=c.data_ptr(), cn=c.data_ptr()))
+    assert c.tolist() == [7.0] * 4
     for bad in ({"bi": None}, {"steps": 0}, {"mode": 7}, {"mode": 3}):  # mode 3: the GRU's bR
         with pytest.raises(RuntimeError, match=r"cr_forward refused its arguments \(2\)"):
             native._call("cr_forward", native._ForwardArgs(**{**good, **bad}))
