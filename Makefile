@@ -44,7 +44,7 @@ bench: install
 gpu-check: install
 	$(PY) -m cudnn_rnn.gpu_check --out docs
 
-# Trains, saves, restores and verifies a small CudnnLSTM model (about a minute on 2 CPU
+# Trains, saves, restores and verifies a small CudnnLSTM model (about two minutes on 2 CPU
 # cores); options pass through DEMO_ARGS, e.g. make demo DEMO_ARGS="--steps 100 --nproc 2".
 demo: $(VENV)/.installed
 	$(PIP) install --quiet -e '.[plot]'
