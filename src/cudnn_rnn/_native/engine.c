@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 2
+#define CR_ABI_VERSION 3
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -56,6 +56,10 @@ typedef struct {
     int64_t y_st, y_sb;
     float *hn, *cn;
     float *ws_gates, *ws_hprev, *ws_extra; /* NULL for inference */
+    /* Instead of gi: the input x [T*B, input_size] (C-contiguous rows in time order) and W
+     * [G*H, input_size]; the library makes the projection itself. */
+    const float *x, *w;
+    int64_t input_size;
 } cr_forward_args;
 
 typedef struct {
@@ -455,7 +459,8 @@ static int valid_sizes(int64_t mode, int64_t steps, int64_t batch, int64_t units
  * missing pointer. */
 int cr_forward(const cr_forward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
-    if (!a->gi || !a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
+    if (!(a->gi || (a->x && a->w && a->input_size >= 1))) return 2;
+    if (!a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
     if (a->ws_gates && (!a->ws_hprev || (gates_of(a->mode) > 1 && !a->ws_extra))) return 2;
