@@ -1,11 +1,11 @@
 """The native CPU engine: our C time loops (``cudnn_rnn/_native``) under torch's GEMMs.
 
-Per pseudo-layer the input projection of all steps is one torch GEMM (``x @ W^T`` plus the
-biases, over ``T*B`` rows); the C library then runs the time loop on the tensors' data pointers:
-a persistent team of ``torch.get_num_threads()`` threads, each owning a slice of the hidden
-units with all gates' rows of ``R`` for them (packed into its cache once per call), the gate
-math fused after the product, one barrier per step. The backward loop does the same in
-reverse and torch's GEMMs make the weight gradients over all steps (as in :mod:`.loop`).
+Per pseudo-layer the C library, on the tensors' data pointers, runs ``torch.get_num_threads()``
+threads (torch's own OpenMP threads), each owning a slice of the hidden units with all gates'
+rows of ``W`` and ``R`` for them (packed into its cache once per call): it makes its slice of
+the input projection of all steps (``x @ W^T`` over ``T*B`` rows), then the time loop with the
+gate math fused after each step's product, one barrier per step. The backward loop does the
+same in reverse and torch's GEMMs make the weight gradients over all steps (as in :mod:`.loop`).
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
