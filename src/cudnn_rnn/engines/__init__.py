@@ -4,8 +4,10 @@ The rule looks only at what is fixed before the call runs (so the operator's fak
 implementation knows the shapes of what the engine keeps for its backward pass):
 
 ==============================  ==========================================================
-CPU, float32, no projection,    ``native``: our C time loops under torch's GEMMs, with or
-the native engine loaded        without gradient, traced or not (:mod:`.native`)
+CPU, float32, no projection,    ``native``: our C engine (the forward's input projection
+the native engine loaded        and both time loops; torch's GEMMs for the weight
+                                gradients), with or without gradient, traced or not
+                                (:mod:`.native`)
 no gradient needed              ``torch``: torch's fused kernels (oneDNN or native on CPU,
                                 cuDNN on CUDA), nothing kept (:mod:`cudnn_rnn.functional`)
 gradient needed, CPU, LSTM,     ``onednn``: oneDNN's LSTM layer and its backward, as
