@@ -106,6 +106,8 @@ trace</failure></testcase>
 <testcase classname="tests.test_convert_torch" name="test_cuda_device_is_kept">
 <skipped message="needs a CUDA device"/></testcase>
 <testcase classname="tests.test_cells_fused.TestX" name="test_y"/>
+<testcase classname="" name="tests.test_keras"><skipped message="could not import 'keras'"/>
+</testcase>
 </testsuite></testsuites>
 """
 
@@ -117,18 +119,20 @@ def test_parse_junit_and_the_two_test_sections() -> None:
         ("tests/test_cuda.py::test_cuda_forward_matches_oracle_without_copy[gru]", FAILED),
         ("tests/test_convert_torch.py::test_cuda_device_is_kept", SKIPPED),
         ("tests/test_cells_fused.py::TestX::test_y", PASSED),
+        ("tests/test_keras.py", SKIPPED),
     ]
     assert (
         cases[1].message
         == "UserWarning: RNN module weights are not part of single contiguous chunk"
     )
-    run = PytestRun(1, "1 failed, 2 passed, 1 skipped in 3.1s", cases, "tail")
+    run = PytestRun(1, "1 failed, 2 passed, 2 skipped in 3.1s", cases, "tail")
     tests = Section("tests")
     gpu_check.check_tests(tests, run)
     assert tests.status == FAILED and "1 failed" in tests.errors[0]
     text = "\n".join(tests.body)
     assert "| `tests/test_cuda.py` | 1 | 1 | 0 | 0 |" in text
     assert "test_cuda_forward_matches_oracle_without_copy[gru]" in text
+    assert "| `tests/test_keras.py` | could not import 'keras' |" in text
     layout = Section("layout")
     gpu_check.check_layout(layout, run)
     assert layout.status == FAILED and layout.summary == "1 of 2 passed"

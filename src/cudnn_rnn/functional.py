@@ -200,8 +200,12 @@ def run_kernel(
 
     ``weights``: per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh]`` (cuDNN's gate order); ``h0``/``c0``
     ``[L*D, B, H]``; ``lengths`` a CPU int64 tensor ``[B]`` or None (cuDNN's padded semantics).
-    No dropout, no projection. Returns ``(outputs [T, B, D*H], h_n, c_n or None)``.
+    No dropout, no projection. Returns ``(outputs [T, B, D*H], h_n, c_n or None)``. The weights
+    may be strided views (transposes of TF's kernels): cuDNN's backward reshapes them with
+    ``view``, which refuses those on CUDA, so they are made contiguous (a copy the gradient goes
+    through).
     """
+    weights = [w.contiguous() for w in weights]
     return run_packed(
         x,
         h0,

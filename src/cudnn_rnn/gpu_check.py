@@ -193,10 +193,12 @@ class PytestRun:
 
 
 def _nodeid(classname: str, name: str) -> str:
+    if not classname:  # a module skipped or broken as a whole: its dotted name is the case's name
+        classname, name = name, ""
     parts = classname.split(".")
     module = max((i for i, p in enumerate(parts) if p.startswith("test")), default=len(parts) - 1)
     path = "/".join(parts[: module + 1]) + ".py"
-    return "::".join([path, *parts[module + 1 :], name])
+    return "::".join([path, *parts[module + 1 :], *([name] if name else [])])
 
 
 def parse_junit(text: str) -> list[Case]:
@@ -238,7 +240,7 @@ def run_pytest(tests: Path, *, marker: str = "cuda", timeout: float = 300.0) -> 
 
 
 def check_tests(section: Section, run: PytestRun) -> None:
-    """Section 1: the summary of ``pytest -m cuda``, per file, and every failure."""
+    """Section 1: the summary of ``pytest -m cuda``, per file, every failure and every skip."""
     counts: dict[str, dict[str, int]] = {}
     for case in run.cases:
         per_file = counts.setdefault(case.nodeid.split("::")[0], {})
@@ -256,6 +258,10 @@ def check_tests(section: Section, run: PytestRun) -> None:
     if bad:
         rows = [[f"`{c.nodeid}`", c.outcome, c.message] for c in bad]
         section.body += ["", "Failures:", "", *table(["test", "outcome", "message"], rows)]
+    skipped = [c for c in run.cases if c.outcome == SKIPPED]
+    if skipped:
+        rows = [[f"`{c.nodeid}`", c.message] for c in skipped]
+        section.body += ["", "Skipped:", "", *table(["test", "reason"], rows)]
     if run.returncode not in (0, 1) or (run.returncode == 1 and not bad):
         section.body += ["", "Last lines of pytest's output:", "", "```", run.output_tail, "```"]
     if run.returncode != 0:
