@@ -101,7 +101,7 @@ import torch
 from torch import Tensor
 
 import cudnn_rnn
-from cudnn_rnn import convert
+from cudnn_rnn import atomic, convert
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.layers import _CudnnRNN, layer_of
@@ -1302,7 +1302,7 @@ def chart(rows: Sequence[Row], path: Path, device: str) -> bool:
         ax.legend()
     axes[0, 0].set_title(f"cudnn_rnn vs peers on {device}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic.write_file(path, lambda f: fig.savefig(f, dpi=110, format="png"))
     plt.close(fig)
     return True
 
@@ -1355,7 +1355,7 @@ def run(
             )
     info = machine()
     info["matmul peak engine"] = engine
-    (out / "benchmarks.md").write_text(report(rows, dyn, peak, info, device))
+    atomic.write_file(out / "benchmarks.md", report(rows, dyn, peak, info, device).encode())
     record = {
         "device": device,
         "matmul_peak_flops": peak,
@@ -1370,7 +1370,7 @@ def run(
             "notes": dyn.notes,
         },
     }
-    (out / "benchmarks.json").write_text(json.dumps(record, indent=1) + "\n")
+    atomic.write_file(out / "benchmarks.json", (json.dumps(record, indent=1) + "\n").encode())
     if not chart(rows, out / "benchmarks.png", device):
         log("matplotlib is not installed: no chart (pip install matplotlib)")
     return rows, dyn

@@ -55,7 +55,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -71,7 +70,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, convert, distributed
+from cudnn_rnn import atomic, checkpoint, convert, distributed
 from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell
 from cudnn_rnn.distributed import DistEnv
 from cudnn_rnn.layers import CudnnLSTM
@@ -310,19 +309,8 @@ def save_model(model: CharModel, vocab: str, out: Path) -> tuple[Path, Path]:
         "vocab": json.dumps(vocab),
         "config": json.dumps(model.config, sort_keys=True),
     }
-    _atomic_write(head_path, st_save(tensors, metadata=metadata))
+    atomic.write_file(head_path, st_save(tensors, metadata=metadata))
     return lstm_path, head_path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_model(
@@ -713,7 +701,7 @@ def plot_losses(losses: Sequence[float], path: Path, title: str) -> bool:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    atomic.write_file(path, lambda f: fig.savefig(f, format="png"))
     return True
 
 
@@ -1095,4 +1083,4 @@ def _print_verification(
 
 
 def _write_summary(out: Path, summary: Mapping[str, Any]) -> None:
-    _atomic_write(out / SUMMARY_FILE, json.dumps(summary, indent=1).encode())
+    atomic.write_file(out / SUMMARY_FILE, json.dumps(summary, indent=1).encode())

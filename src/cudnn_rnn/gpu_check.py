@@ -40,6 +40,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_rnn.atomic import write_file
+
 __all__ = [
     "NOTES",
     "Section",
@@ -785,7 +787,7 @@ def write_report(
     """Write ``out/gpu.md``; ``pending`` names the sections still to run (an interim report)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / REPORT
-    path.write_text(render(env, sections, pending), encoding="utf-8")
+    write_file(path, render(env, sections, pending).encode("utf-8"))
     return path
 
 

@@ -1,0 +1,293 @@
+"""The one atomic file writer: every file the library writes goes through :func:`write_file`.
+
+A reader of ``path`` sees the old file or the new one, never a mix or a half-written file, however
+the writing process ends (an exception, ``SIGKILL``, a full disk):
+
+1. a temporary file is created beside ``path`` (same directory, so the rename cannot cross file
+   systems) with ``os.open(..., 0o666)``: the kernel applies the umask, so the file gets the mode
+   ``open(path, "wb")`` would give it; when ``path`` already exists, the temporary file is given
+   the existing file's mode (``st_mode & 0o7777``) first, so an overwrite keeps it;
+2. the content is written, flushed and ``fsync``'ed;
+3. ``os.replace`` moves it onto ``path`` (atomic on POSIX and Windows);
+4. the directory is ``fsync``'ed, where the OS allows it, so the rename itself is durable.
+
+On any failure (``BaseException`` included) the temporary file is removed and the target is left as
+it was. Ownership, ACLs and extended attributes of an overwritten file are not carried over, and a
+symbolic link at ``path`` is replaced by the new file (as ``os.replace`` does).
+
+**Temporary names and their cleanup.** The temporary file of ``DIR/NAME`` is
+``DIR/.NAME.cudnn-rnn-PID-TOKEN.tmp``: hidden, derived from the target's name, carrying the writer's
+process id ``PID`` and a random hex ``TOKEN``. Only a process killed between steps 1 and 3 leaves
+one behind. So that they do not pile up, every write of ``DIR/NAME`` first removes the leftover
+temporary files of that same target, except those that may be in use: a temporary file is left
+alone when its ``PID`` is a live process other than this one (``os.kill(PID, 0)`` succeeds or is
+refused for permission), or is this process and the file is in this process's registry of writes
+in flight (a lock-protected set). A process that died, or a temporary file of this process that no
+write owns, is garbage. A reused PID only delays the cleanup; on Windows, where signal 0 cannot be
+sent safely, temporary files of other processes are always kept. Processes in other PID namespaces
+(containers) sharing the directory look dead: do not let them write the same path at once.
+
+:func:`link_or_copy`, :func:`replace` and :func:`remove` are the steps that multi-file protocols
+(the TF1 bundle's crash-safe overwrite) build on; :func:`directory_lock` serialises such protocols.
+
+This module is pure standard library and imports nothing from the package, so every module can use
+it.
+
+>>> import os, pathlib, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "notes.txt")
+>>> write_file(path, b"hello")
+>>> write_file(path, lambda f: f.write(b" world"))
+>>> pathlib.Path(path).read_bytes(), os.listdir(os.path.dirname(path))
+(b' world', ['notes.txt'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import stat
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "directory_lock",
+    "fsync_directory",
+    "link_or_copy",
+    "remove",
+    "remove_leftovers",
+    "replace",
+    "write_file",
+]
+
+Content = bytes | bytearray | memoryview | Callable[[BinaryIO], object]
+
+#: Test hook: when set, called with a label (``"write"``, ``"fsync"``, ``"replace"``, ``"link"``,
+#: ``"unlink"``) just before each step that changes what is on disk, so a test can stop a writer
+#: (raise, or kill the process) at every step in turn. Never set outside tests.
+_BOUNDARY: Callable[[str], None] | None = None
+
+_TAG = "cudnn-rnn"
+_in_flight: set[str] = set()  # names of this process's temporary files being written
+_in_flight_lock = threading.Lock()
+_fallback_lock = threading.Lock()  # directory_lock where the OS has no flock
+
+
+def _boundary(label: str) -> None:
+    hook = _BOUNDARY
+    if hook is not None:
+        hook(label)
+
+
+def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
+    target = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(target)
+    if not name:
+        raise IsADirectoryError(f"cannot write {os.fspath(path)!r}: it names a directory")
+    return directory, name
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.{_TAG}-{os.getpid()}-{secrets.token_hex(8)}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False  # never a writer's pid; kill(0) would signal our process group
+    if sys.platform == "win32":
+        return True  # os.kill would terminate the process: keep what we cannot check
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except OSError:  # PermissionError: alive, someone else's
+        return True
+    return True
+
+
+def _in_use(pid: int, name: str) -> bool:
+    if pid == os.getpid():
+        with _in_flight_lock:
+            return name in _in_flight
+    return _pid_alive(pid)
+
+
+def remove_leftovers(path: str | os.PathLike[str]) -> None:
+    """Remove the temporary files of ``path`` that crashed writers left (see the module doc)."""
+    directory, name = _split(path)
+    pattern = re.compile(re.escape(f".{name}.{_TAG}-") + r"(\d+)-[0-9a-f]+\.tmp\Z")
+    try:
+        entries = [e.name for e in os.scandir(directory)]
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.match(entry)
+        if match and not _in_use(int(match[1]), entry):
+            _boundary("unlink")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, entry))
+
+
+@contextlib.contextmanager
+def _temporary(directory: str, name: str) -> Iterator[str]:
+    """A registered temporary path for target ``name``; removed unless the body renamed it."""
+    remove_leftovers(os.path.join(directory, name))
+    temp = _temp_name(name)
+    path = os.path.join(directory, temp)
+    with _in_flight_lock:
+        _in_flight.add(temp)
+    try:
+        yield path
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(temp)
+
+
+def _existing_mode(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+
+
+def write_file(
+    path: str | os.PathLike[str],
+    content: Content,
+    *,
+    mode_of: str | os.PathLike[str] | None = None,
+) -> None:
+    """Write ``content`` to ``path`` atomically (see the module doc).
+
+    ``content`` is the bytes, or a callable that writes them into the binary file object it is
+    given (``torch.save``, ``onnx.save_model``, ``savefig`` and the like take one). A new file
+    gets the permission bits ``open()`` would give it under the umask; an overwritten one keeps
+    its own, or, given ``mode_of``, the file takes the bits of that file where it exists (for a
+    file written under one name and renamed onto another later). The directory must exist.
+    """
+    directory, name = _split(path)
+    target = os.path.join(directory, name)
+    mode = _existing_mode(target if mode_of is None else os.fspath(mode_of))
+    with _temporary(directory, name) as temp:
+        _fill(temp, content, mode)
+        _boundary("replace")
+        os.replace(temp, target)
+    fsync_directory(directory)
+
+
+def _fill(path: str, content: Content, mode: int | None) -> None:
+    """Create the new file ``path`` (mode 0o666 less the umask, or ``mode``), write ``content``
+    into it and flush it to disk."""
+    # "x": O_CREAT | O_EXCL; mode 0o666 so that the kernel applies the umask, as open() does.
+    with open(path, "xb", opener=_opener) as f:
+        if mode is not None:
+            _chmod(f, path, mode)
+        _boundary("write")
+        if callable(content):
+            content(f)
+        else:
+            f.write(content)
+        f.flush()
+        _boundary("fsync")
+        os.fsync(f.fileno())
+
+
+def _opener(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
+
+
+def _chmod(f: BinaryIO, path: str, mode: int) -> None:
+    if hasattr(os, "fchmod"):
+        os.fchmod(f.fileno(), mode)
+    else:
+        os.chmod(path, mode)
+
+
+def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Make ``dst`` a hard link to ``src`` (a copy, with ``src``'s mode, where the file system has
+    no hard links), replacing ``dst`` atomically; nothing to do when they are already one file."""
+    directory, name = _split(dst)
+    target = os.path.join(directory, name)
+    source = os.fspath(src)
+    with contextlib.suppress(OSError):
+        if os.path.samefile(source, target):
+            return
+    with _temporary(directory, name) as temp:
+        _boundary("link")
+        try:
+            os.link(source, temp)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (FAT, some network shares, protected_hardlinks)
+            with open(source, "rb") as f:
+                _fill(temp, lambda out: shutil.copyfileobj(f, out), _existing_mode(source))
+        _boundary("replace")
+        os.replace(temp, target)
+    fsync_directory(directory)
+
+
+def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """``os.replace(src, dst)``, then make the rename durable."""
+    _boundary("replace")
+    os.replace(src, dst)
+    fsync_directory(_split(dst)[0])
+
+
+def remove(path: str | os.PathLike[str]) -> None:
+    """Remove the file ``path`` if it exists."""
+    if os.path.lexists(path):
+        _boundary("unlink")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (renames, new files) to disk; a no-op where the OS cannot."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``directory`` (``flock``; a process-wide lock where the
+    OS or file system has none), for writers that change several files of one directory."""
+    fd = -1
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(directory, os.O_RDONLY)
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                os.close(fd)
+                fd = -1
+        if fd >= 0:
+            yield
+        else:
+            with _fallback_lock:
+                yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the lock
