@@ -45,19 +45,24 @@ by :func:`read_bundle_index` but cannot be read.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import functools
 import io
+import math
 import os
 import re
-import secrets
+import stat
 import struct
-from collections.abc import Callable, Collection, Iterable, Mapping
+from array import array
+from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from cudnn_rnn import atomic
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -279,36 +284,69 @@ def _read_varint(buf: bytes, pos: int, end: int, bits: int, what: str) -> tuple[
     return result, pos
 
 
-def _parse_message(buf: bytes, what: str) -> dict[int, list[_Field]]:
-    """Field number -> every (wire type, value) occurrence, in order."""
-    fields: dict[int, list[_Field]] = {}
-    pos, end = 0, len(buf)
+# One field as _fields returns it: (number, wire type, value, end). For varint and fixed-width
+# fields ``value`` is the integer and ``end`` is 0; for a length-delimited field the payload is
+# ``buf[value:end]`` (offsets, not a copy: an index holds hundreds of thousands of these).
+_Span = tuple[int, int, int, int]
+
+
+def _fields(buf: bytes, pos: int, end: int, what: str) -> list[_Span]:
+    """Every field of the message at ``buf[pos:end]``, in order, each checked to lie inside it.
+
+    The one-byte varints that make up nearly all of a checkpoint's protos are decoded inline;
+    this loop is what parsing an index costs, once per entry.
+    """
+    out: list[_Span] = []
     while pos < end:
-        tag, pos = _read_varint(buf, pos, end, 32, what)
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = _read_varint(buf, pos, end, 32, what)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise _Malformed(f"{what}: protobuf field number 0")
-        value: int | bytes
-        if wire == _VARINT:
-            value, pos = _read_varint(buf, pos, end, 64, what)
-        elif wire in (_FIXED64, _FIXED32):
+        if wire == _VARINT or wire == _BYTES:
+            if pos < end and buf[pos] < 0x80:
+                value = buf[pos]
+                pos += 1
+            else:
+                value, pos = _read_varint(buf, pos, end, 64, what)
+            if wire == _VARINT:
+                out.append((number, wire, value, 0))
+                continue
+            if value > end - pos:
+                raise _Malformed(
+                    f"{what}: field {number} declares {value} bytes, only {end - pos} remain"
+                )
+            out.append((number, wire, pos, pos + value))
+            pos += value
+        elif wire == _FIXED64 or wire == _FIXED32:
             width = 8 if wire == _FIXED64 else 4
             if end - pos < width:
                 raise _Malformed(f"{what}: truncated fixed-width field {number}")
-            value = int.from_bytes(buf[pos : pos + width], "little")
+            out.append((number, wire, int.from_bytes(buf[pos : pos + width], "little"), 0))
             pos += width
-        elif wire == _BYTES:
-            length, pos = _read_varint(buf, pos, end, 64, what)
-            if length > end - pos:
-                raise _Malformed(
-                    f"{what}: field {number} declares {length} bytes, only {end - pos} remain"
-                )
-            value = buf[pos : pos + length]
-            pos += length
         else:
             raise _Malformed(f"{what}: unsupported protobuf wire type {wire} (field {number})")
-        fields.setdefault(number, []).append((wire, value))
+    return out
+
+
+def _parse_message(buf: bytes, what: str) -> dict[int, list[_Field]]:
+    """Field number -> every (wire type, value) occurrence, in order (payloads as bytes)."""
+    fields: dict[int, list[_Field]] = {}
+    for number, wire, value, end in _fields(buf, 0, len(buf), what):
+        fields.setdefault(number, []).append((wire, buf[value:end] if wire == _BYTES else value))
     return fields
+
+
+def _signed(value: int, bits: int, what: str) -> int:
+    """A varint's value as the signed ``bits``-bit integer (int32/int64/enum) it encodes."""
+    if value >= 1 << 63:
+        value -= 1 << 64
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise _Malformed(f"{what} = {value} is out of range for int{bits}")
+    return value
 
 
 def _int_field(fields: dict[int, list[_Field]], number: int, bits: int, what: str) -> int:
@@ -318,11 +356,7 @@ def _int_field(fields: dict[int, list[_Field]], number: int, bits: int, what: st
     wire, value = fields[number][-1]
     if wire != _VARINT or not isinstance(value, int):
         raise _Malformed(f"{what}: field {number} has wire type {wire}, expected a varint")
-    if value >= 1 << 63:
-        value -= 1 << 64
-    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
-        raise _Malformed(f"{what}: field {number} = {value} is out of range for int{bits}")
-    return value
+    return _signed(value, bits, f"{what}: field {number}")
 
 
 def _repeated_ints(occurrences: list[_Field], what: str) -> list[int]:
@@ -430,51 +464,126 @@ def _decode_header(value: bytes) -> _Header:
     return _Header(num_shards=num_shards, big_endian=endianness == 1)
 
 
-def _decode_shape(payloads: list[bytes], what: str) -> tuple[int, ...]:
+def _decode_shape(payload: bytes, what: str) -> tuple[int, ...]:
+    """The dimensions of one TensorShapeProto payload, each checked."""
+    shape = _parse_message(payload, f"{what} shape")
+    if _int_field(shape, 3, 32, f"{what} shape"):
+        raise _Malformed(f"{what}: shape has unknown rank")
+    payloads = _message_fields(shape, 2, f"{what} shape")
+    _check_rank(len(payloads), what)
     dims: list[int] = []
-    for payload in payloads:  # a repeated singular message merges: its dims concatenate
-        shape = _parse_message(payload, f"{what} shape")
-        if _int_field(shape, 3, 32, f"{what} shape"):
-            raise _Malformed(f"{what}: shape has unknown rank")
-        for dim_payload in _message_fields(shape, 2, f"{what} shape"):
-            size = _int_field(_parse_message(dim_payload, f"{what} dim"), 1, 64, f"{what} dim")
-            if size < 0:
-                raise _Malformed(f"{what}: shape has a dimension of size {size}")
-            dims.append(size)
-    if len(dims) > _MAX_DIMS:
-        raise _Malformed(f"{what}: shape has {len(dims)} dimensions, at most {_MAX_DIMS} allowed")
+    for dim_payload in payloads:
+        size = _int_field(_parse_message(dim_payload, f"{what} dim"), 1, 64, f"{what} dim")
+        if size < 0:
+            raise _Malformed(f"{what}: shape has a dimension of size {size}")
+        dims.append(size)
     return tuple(dims)
 
 
-def _decode_entry(value: bytes, what: str) -> BundleEntry:
-    fields = _parse_message(value, what)
-    enum = _int_field(fields, 1, 32, what)
-    shape = _decode_shape(_message_fields(fields, 2, what), what)
-    shard_id = _int_field(fields, 3, 32, what)
-    offset = _int_field(fields, 4, 64, what)
-    size = _int_field(fields, 5, 64, what)
-    crc = 0
-    if 6 in fields:
-        wire, stored = fields[6][-1]
-        if wire != _FIXED32 or not isinstance(stored, int):
-            raise _Malformed(f"{what}: crc32c field has wire type {wire}, expected fixed32")
-        crc = stored
-    num_slices = len(_message_fields(fields, 7, what))
+def _check_rank(rank: int, what: str) -> None:
+    if rank > _MAX_DIMS:
+        raise _Malformed(f"{what}: shape has {rank} dimensions, at most {_MAX_DIMS} allowed")
+
+
+# Shapes (a dimension of 0 counted as 1) must hold fewer elements than this, so that the size in
+# bytes of a tensor of any dtype (16 bytes at most an element), and every stride, fits in int64:
+# TensorFlow allows (0, 2**62, 2**62) (no elements), which NumPy and torch cannot represent.
+_MAX_ELEMENTS = 1 << 59
+_SHAPE_CACHE_SIZE = 4096  # distinct shape payloads remembered while an index is read
+_ITEMSIZE = {enum: np.dtype(code).itemsize for enum, (_, code) in _DTYPES.items()}
+# BundleEntryProto's scalar fields -> their wire type: dtype, shard_id, offset, size, crc32c
+_ENTRY_WIRES = {1: _VARINT, 3: _VARINT, 4: _VARINT, 5: _VARINT, 6: _FIXED32}
+
+# (dtype enum, shape, shard_id, offset, size, masked crc32c, num_slices) of a BundleEntryProto
+_EntryFields = tuple[int, tuple[int, ...], int, int, int, int, int]
+
+
+def _decode_entry(
+    buf: bytes, pos: int, end: int, what: str, shapes: dict[bytes, tuple[int, ...]]
+) -> _EntryFields:
+    """The BundleEntryProto at ``buf[pos:end]``, every field checked, its shape above all.
+
+    An index has one entry per tensor, and this is most of what reading one costs: one pass of
+    :func:`_fields` (one-byte tags and varints decoded inline), and ``shapes`` caching decoded
+    shape payloads (checkpoints repeat a few shapes many times). A scalar field's last occurrence
+    wins, as in protobuf; a message field's occurrences merge.
+    """
+    values = [0] * 7  # by field number: the scalar fields' values
+    wrong: dict[int, int] = {}  # scalar field -> wire type of its last occurrence, where wrong
+    shape: tuple[int, ...] = ()
+    num_slices = 0
+    for number, wire, value, stop in _fields(buf, pos, end, what):
+        if wire == _BYTES:
+            if number == 2:  # the shape
+                payload = buf[value:stop]
+                dims = shapes.get(payload)
+                if dims is None:
+                    dims = _decode_shape(payload, what)
+                    if len(shapes) < _SHAPE_CACHE_SIZE:
+                        shapes[payload] = dims
+                if shape:  # a repeated singular message merges: its dims concatenate
+                    dims = shape + dims
+                    _check_rank(len(dims), what)
+                shape = dims
+                continue
+            if number == 7:  # one slice of a partitioned variable
+                num_slices += 1
+                continue
+        elif number == 2 or number == 7:
+            raise _Malformed(f"{what}: field {number} has wire type {wire}, expected a message")
+        expected = _ENTRY_WIRES.get(number)
+        if expected is None:
+            continue  # a field this reader does not use
+        if wire == expected:
+            values[number] = value
+            if wrong:
+                wrong.pop(number, None)
+        else:
+            wrong[number] = wire
+    if wrong:
+        number = min(wrong)
+        if number == 6:
+            raise _Malformed(f"{what}: crc32c field has wire type {wrong[6]}, expected fixed32")
+        raise _Malformed(f"{what}: field {number} has wire type {wrong[number]}, expected a varint")
+    _, enum, _, shard_id, offset, size, crc = values
+    if enum >= 1 << 31:
+        enum = _signed(enum, 32, f"{what}: field 1")
+    if shard_id >= 1 << 31:
+        shard_id = _signed(shard_id, 32, f"{what}: field 3")
+    if offset >= 1 << 63:
+        offset -= 1 << 64
+    if size >= 1 << 63:
+        size -= 1 << 64
     for label, number in (("shard_id", shard_id), ("offset", offset), ("size", size)):
         if number < 0:
             raise _Malformed(f"{what}: {label} is negative ({number})")
-    entry = BundleEntry(_dtype_name(enum), shape, shard_id, offset, size, crc, num_slices)
-    if enum in _DTYPES and num_slices == 0:
-        itemsize = np.dtype(_DTYPES[enum][1]).itemsize
-        count = 1
-        for dim in shape:
-            count *= dim
-        if count * itemsize != size:
-            raise _Malformed(
-                f"{what}: size is {size} bytes, but a {entry.dtype} tensor of shape "
-                f"{list(shape)} takes {count * itemsize}"
-            )
-    return entry
+    count = math.prod(shape)
+    if enum in _ITEMSIZE and not num_slices and count * _ITEMSIZE[enum] != size:
+        raise _Malformed(
+            f"{what}: size is {size} bytes, but a {_dtype_name(enum)} tensor of shape "
+            f"{_show_shape(shape)} takes {count * _ITEMSIZE[enum]}"
+        )
+    if count >= _MAX_ELEMENTS or (not count and _extent(shape) >= _MAX_ELEMENTS):
+        raise _Malformed(
+            f"{what}: shape {_show_shape(shape)} has too many elements (counting a dimension of "
+            f"0 as 1, at most 2**59 - 1 are allowed)"
+        )
+    return enum, shape, shard_id, offset, size, crc, num_slices
+
+
+def _extent(shape: tuple[int, ...]) -> int:
+    """Elements of ``shape`` with each 0 counted as 1: what strides and allocations see."""
+    extent = 1
+    for dim in shape:
+        extent *= dim or 1
+    return extent
+
+
+def _show_shape(shape: tuple[int, ...]) -> str:
+    """``shape`` for a message: a hostile one may have 254 dimensions of 19 digits."""
+    if len(shape) <= 8:
+        return str(list(shape))
+    return f"[{', '.join(map(str, shape[:8]))}, ... ({len(shape)} dimensions)]"
 
 
 def _encode_entry(enum: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
@@ -520,7 +629,7 @@ def _read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> b
         )
     end = offset + size
     stored = int.from_bytes(data[end + 1 : end + _TRAILER_SIZE], "little")
-    actual = crc32c(data[offset : end + 1])  # the crc covers the compression byte too
+    actual = crc32c(memoryview(data)[offset : end + 1])  # the crc covers the compression byte too
     if _unmask(stored) != actual:
         raise _Malformed(
             f"{what} (offset {offset}): crc32c mismatch (stored {_unmask(stored):#010x}, "
@@ -537,8 +646,15 @@ def _read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> b
     return data[offset:end]
 
 
-def _parse_block(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
-    """All (key, value) entries of a block, checked: in bounds, sorted, restarts consistent."""
+def _block_entries(block: bytes, what: str) -> Iterator[tuple[bytes, int, int]]:
+    """Every entry of a block as (key, start, end), its value being ``block[start:end]``; all
+    checked: in bounds, keys strictly increasing, restart points at whole keys (the last checks
+    end the iteration, so consume it all).
+
+    Runs once per entry of the index: the one-byte varints that nearly every entry has are decoded
+    inline, and values stay in the block (offsets, no copies); memory does not grow with the
+    block's entries.
+    """
     size = len(block)
     if size < 4:
         raise _Malformed(f"{what}: {size} bytes is too short for a block")
@@ -547,16 +663,31 @@ def _parse_block(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
         raise _Malformed(f"{what}: {num_restarts} restart points do not fit in {size} bytes")
     end = size - 4 - 4 * num_restarts
     restarts = struct.unpack_from(f"<{num_restarts}I", block, end)
-    entries: list[tuple[bytes, bytes]] = []
-    whole_keys: set[int] = set()  # offsets of entries that share nothing with the previous key
+    for i in range(1, num_restarts):
+        if restarts[i] <= restarts[i - 1]:
+            raise _Malformed(f"{what}: restart point {restarts[i]} is not the start of a whole key")
+    next_restart = 0  # index into restarts: every restart point must be met at a whole key
     budget = _KEY_BYTES_PER_BLOCK_BYTE * size + 65536
+    read = _read_varint
     key = b""
     pos = 0
     while pos < end:
         start = pos
-        shared, pos = _read_varint(block, pos, end, 32, what)
-        non_shared, pos = _read_varint(block, pos, end, 32, what)
-        value_len, pos = _read_varint(block, pos, end, 32, what)
+        shared = block[pos]
+        if shared < 0x80:
+            pos += 1
+        else:
+            shared, pos = read(block, pos, end, 32, what)
+        if pos < end and block[pos] < 0x80:
+            non_shared = block[pos]
+            pos += 1
+        else:
+            non_shared, pos = read(block, pos, end, 32, what)
+        if pos < end and block[pos] < 0x80:
+            value_len = block[pos]
+            pos += 1
+        else:
+            value_len, pos = read(block, pos, end, 32, what)
         if shared > len(key):
             raise _Malformed(
                 f"{what}: entry at {start} shares {shared} bytes of a {len(key)}-byte key"
@@ -566,26 +697,37 @@ def _parse_block(block: bytes, what: str) -> list[tuple[bytes, bytes]]:
         budget -= shared + non_shared
         if budget < 0:
             raise _Malformed(f"{what}: keys are implausibly long for the block's size")
-        new_key = key[:shared] + block[pos : pos + non_shared]
-        if entries and new_key <= key:
+        if next_restart < num_restarts and restarts[next_restart] <= start:
+            restart = restarts[next_restart]
+            if restart < start or shared:
+                raise _Malformed(f"{what}: restart point {restart} is not the start of a whole key")
+            next_restart += 1
+        elif not start:
+            raise _Malformed(f"{what}: the first entry is not a restart point")
+        if shared:
+            new_key = key[:shared] + block[pos : pos + non_shared]
+        else:
+            new_key = block[pos : pos + non_shared]
+        if new_key <= key and start:
             raise _Malformed(f"{what}: keys are not in strictly increasing order at entry {start}")
         key = new_key
         pos += non_shared
-        entries.append((key, block[pos : pos + value_len]))
+        yield key, pos, pos + value_len
         pos += value_len
-        if shared == 0:
-            whole_keys.add(start)
-    for i, restart in enumerate(restarts):
-        ok = restart in whole_keys or (not entries and restart == 0)
-        if not ok or (i and restart <= restarts[i - 1]):
+    for restart in restarts[next_restart:]:
+        if end or restart:  # an empty block has the one restart point 0
             raise _Malformed(f"{what}: restart point {restart} is not the start of a whole key")
-    if entries and (not restarts or restarts[0] != 0):
-        raise _Malformed(f"{what}: the first entry is not a restart point")
-    return entries
 
 
-def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of an SSTable, in order, all checksums verified."""
+def _parse_block(block: bytes, what: str) -> list[tuple[bytes, int, int]]:
+    """All of :func:`_block_entries`."""
+    return list(_block_entries(block, what))
+
+
+def _table_entries(data: bytes) -> Iterator[tuple[bytes, bytes, int, int, int]]:
+    """Every entry of an SSTable, in key order, as (key, its block's contents, start and end of
+    the value in the block, offset of the block in ``data``); all checksums verified, one block
+    in memory at a time."""
     n = len(data)
     if n < _FOOTER_SIZE:
         raise _Malformed(f"{n} bytes is too short for a table (its footer alone is 48 bytes)")
@@ -601,23 +743,34 @@ def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
     index_offset, index_size, _ = _read_handle(footer, pos, _HANDLES_SIZE, "footer")
     _read_block(data, meta_offset, meta_size, limit, "metaindex block")  # checksum only
     index = _read_block(data, index_offset, index_size, limit, "index block")
-    entries: list[tuple[bytes, bytes]] = []
     lower: bytes | None = None  # every key of a block is > the previous block's separator
     next_free = 0
-    for separator, handle in _parse_block(index, "index block"):
-        offset, size, used = _read_handle(handle, 0, len(handle), "index block entry")
-        if used != len(handle):
+    for separator, start, end in _parse_block(index, "index block"):
+        offset, size, used = _read_handle(index, start, end, "index block entry")
+        if used != end:
             raise _Malformed("index block entry: trailing bytes after the block handle")
         if offset < next_free:
             raise _Malformed(f"index block: data block at offset {offset} overlaps the one before")
         what = f"data block at offset {offset}"
-        for key, value in _parse_block(_read_block(data, offset, size, limit, what), what):
+        block = _read_block(data, offset, size, limit, what)
+        for key, value_start, value_end in _block_entries(block, what):
             if (lower is not None and key <= lower) or key > separator:
-                raise _Malformed(f"{what}: key {key!r} lies outside its index range")
-            entries.append((key, value))
+                raise _Malformed(f"{what}: key {_show_key(key)} lies outside its index range")
+            yield key, block, value_start, value_end, offset
         lower = separator
         next_free = offset + size + _TRAILER_SIZE
-    return entries
+
+
+def _read_table(data: bytes) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of an SSTable, in order, all checksums verified."""
+    return [(key, block[start:end]) for key, block, start, end, _ in _table_entries(data)]
+
+
+def _show_key(key: bytes | str) -> str:
+    """``repr(key)``, cut short: a key may be megabytes long, an error message should not be."""
+    if len(key) <= 200:
+        return repr(key)
+    return f"{key[:200]!r}... ({len(key)} long)"
 
 
 def _block_builder_finish(buffer: bytearray, restarts: list[int]) -> bytes:
@@ -743,6 +896,37 @@ def _data_path(prefix: str, shard: int, num_shards: int) -> str:
     return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
 
 
+# An overwrite stages the new pair and keeps the old one under these prefixes until it is done
+# (docs/checkpoint_format.md, "Crash safety"); both are bundles of their own.
+_STAGED, _BACKUP = "cudnn-rnn-new", "cudnn-rnn-old"
+
+
+def _side_prefix(prefix: str, kind: str) -> str:
+    directory, base = os.path.split(prefix)
+    return os.path.join(directory, f".{base}.{kind}")
+
+
+def _data_files(prefix: str) -> list[str]:
+    """The data shards of ``prefix`` that exist, whatever their number."""
+    directory, base = os.path.split(prefix)
+    pattern = re.compile(re.escape(base) + r"\.data-\d{5,}-of-\d{5,}\Z")
+    try:
+        names = sorted(e.name for e in os.scandir(directory or "."))
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in names if pattern.match(n)]
+
+
+def _readable_prefix(prefix: str) -> str:
+    """The prefix whose files hold a whole checkpoint: ``prefix``, or its backup pair while an
+    interrupted overwrite is between backing up the old pair and renaming the new index into place
+    (then the staged new index still exists and the live data may already be the new one)."""
+    backup, staged = _side_prefix(prefix, _BACKUP), _side_prefix(prefix, _STAGED)
+    if os.path.isfile(backup + ".index") and os.path.lexists(staged + ".index"):
+        return backup
+    return prefix
+
+
 # --------------------------------------------------------------------------------------------
 # reading
 
@@ -751,51 +935,188 @@ def _data_path(prefix: str, shard: int, num_shards: int) -> str:
 class _Index:
     prefix: str
     header: _Header
-    entries: dict[str, BundleEntry]
+    entries: _EntryTable
+
+
+class _EntryTable(Mapping[str, BundleEntry]):
+    """Name -> :class:`BundleEntry` of an index's tensors, in the index's (bytewise key) order.
+
+    Every entry was decoded and checked when the index was read. What is kept is the index's bytes,
+    the keys back to back and where each value lies (some 30 bytes a tensor, where a dict of
+    :class:`BundleEntry` takes hundreds: an index may list 300,000 tensors); an entry is decoded
+    again when it is asked for, and a name is found by bisection (the keys are sorted).
+    """
+
+    def __init__(
+        self, data: bytes, keys: bytearray, key_ends: array[int], values: array[int]
+    ) -> None:
+        self._data = data
+        self._keys = keys  # the keys back to back; key i ends at key_ends[i]
+        self._key_ends = key_ends
+        self._values = values  # value i is data[values[2 * i] : values[2 * i + 1]]
+        self._shapes: dict[bytes, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._key_ends)
+
+    def __iter__(self) -> Iterator[str]:
+        start = 0
+        for end in self._key_ends:
+            yield self._keys[start:end].decode("utf-8")
+            start = end
+
+    def __contains__(self, name: object) -> bool:
+        return self._find(name) >= 0
+
+    def __getitem__(self, name: str) -> BundleEntry:
+        i = self._find(name)
+        if i < 0:
+            raise KeyError(name)
+        return self._entry(i)
+
+    def __repr__(self) -> str:
+        return f"<TF1 bundle index of {len(self)} tensors>"
+
+    def items(self) -> ItemsView[str, BundleEntry]:
+        return _EntryItems(self)
+
+    def values(self) -> ValuesView[BundleEntry]:
+        return _EntryValues(self)
+
+    def _key(self, i: int) -> bytes:
+        return bytes(self._keys[self._key_ends[i - 1] if i else 0 : self._key_ends[i]])
+
+    def _find(self, name: object) -> int:
+        """The position of ``name``, or -1."""
+        if not isinstance(name, str):
+            return -1
+        try:
+            key = name.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: no key of a valid index
+            return -1
+        i = bisect.bisect_left(range(len(self)), key, key=self._key)
+        return i if i < len(self) and self._key(i) == key else -1
+
+    def _entry(self, i: int) -> BundleEntry:
+        start, end = self._values[2 * i], self._values[2 * i + 1]
+        enum, shape, shard_id, offset, size, crc, num_slices = _decode_entry(
+            self._data, start, end, "entry", self._shapes
+        )
+        return BundleEntry(_dtype_name(enum), shape, shard_id, offset, size, crc, num_slices)
+
+    def _pairs(self) -> Iterator[tuple[str, BundleEntry]]:
+        for i, name in enumerate(self):
+            yield name, self._entry(i)
+
+
+class _EntryItems(ItemsView[str, BundleEntry]):
+    """The items of an :class:`_EntryTable` in one pass (no bisection per name)."""
+
+    def __init__(self, table: _EntryTable) -> None:
+        super().__init__(table)
+        self._table = table
+
+    def __iter__(self) -> Iterator[tuple[str, BundleEntry]]:
+        return self._table._pairs()
+
+
+class _EntryValues(ValuesView[BundleEntry]):
+    def __init__(self, table: _EntryTable) -> None:
+        super().__init__(table)
+        self._table = table
+
+    def __iter__(self) -> Iterator[BundleEntry]:
+        return (entry for _, entry in self._table._pairs())
 
 
 def _load_index(path: str | os.PathLike[str]) -> _Index:
-    prefix = bundle_prefix(path)
+    prefix = _readable_prefix(bundle_prefix(path))
     index_path = prefix + ".index"
     try:
-        data = Path(index_path).read_bytes()
+        data = _read_file(index_path, "index")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"TF1 checkpoint: no index file {index_path} (give the checkpoint prefix, the path "
             "without '.index')"
         ) from None
     try:
-        table = _read_table(data)
-        if not table or table[0][0] != b"":
-            raise _Malformed("no header entry (the empty key)")
-        header = _decode_header(table[0][1])
-        entries: dict[str, BundleEntry] = {}
-        for key, value in table[1:]:
-            if key.startswith(b"\x00"):
-                continue  # one slice of a partitioned variable, listed by its full entry
-            try:
-                name = key.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _Malformed(f"tensor name {key!r} is not UTF-8") from None
-            entry = _decode_entry(value, f"entry {name!r}")
-            if entry.shard_id >= header.num_shards:
-                raise _Malformed(
-                    f"entry {name!r}: shard {entry.shard_id} of a {header.num_shards}-shard bundle"
-                )
-            entries[name] = entry
+        header, entries = _parse_index(data)
     except _Malformed as err:
         raise TF1BundleError(f"TF1 checkpoint index {index_path}: {err}.") from None
     return _Index(prefix, header, entries)
 
 
-def read_bundle_index(prefix: str | os.PathLike[str]) -> dict[str, BundleEntry]:
+def _parse_index(data: bytes) -> tuple[_Header, _EntryTable]:
+    """The header and the tensors of an index file's bytes, every entry decoded and checked.
+
+    Cost: one pass over the file, a few microseconds an entry; memory: the file and some 30 bytes
+    an entry.
+    """
+    header: _Header | None = None
+    keys = bytearray()
+    key_ends: array[int] = array("q")
+    values: array[int] = array("q")
+    add_key_end, add_value = key_ends.append, values.append
+    shapes: dict[bytes, tuple[int, ...]] = {}
+    for key, block, start, end, block_offset in _table_entries(data):
+        if header is None:
+            if key:
+                break
+            header = _decode_header(block[start:end])
+            continue
+        if not key[0]:
+            continue  # one slice of a partitioned variable, listed by its full entry
+        try:
+            shard_id = _decode_entry(block, start, end, "entry", shapes)[2]
+            if shard_id >= header.num_shards:
+                shards = header.num_shards
+                raise _Malformed(f"entry: shard {shard_id} of a {shards}-shard bundle")
+        except _Malformed as err:  # name the tensor: only now, a name costs at 300k entries
+            name = _show_key(key.decode("utf-8", "backslashreplace"))
+            raise _Malformed(f"entry {name}{str(err).removeprefix('entry')}") from None
+        keys += key
+        add_key_end(len(keys))
+        add_value(block_offset + start)
+        add_value(block_offset + end)
+    if header is None:
+        raise _Malformed("no header entry (the empty key)")
+    _check_utf8(keys, key_ends)
+    return header, _EntryTable(data, keys, key_ends, values)
+
+
+def _check_utf8(keys: bytearray, key_ends: array[int]) -> None:
+    """Every key of ``keys`` (back to back, the ith ending at ``key_ends[i]``) is UTF-8.
+
+    At once: the concatenation decodes and no key starts with a continuation byte (then every key
+    is whole characters); key by key only to name the culprit.
+    """
+    starts = np.frombuffer(key_ends, dtype=np.int64)[:-1]
+    try:
+        keys.decode("utf-8")
+        whole = not np.any(np.frombuffer(keys, dtype=np.uint8)[starts] & 0xC0 == 0x80)
+    except UnicodeDecodeError:
+        whole = False
+    if whole:
+        return
+    start = 0
+    for end in key_ends:
+        key = bytes(keys[start:end])
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Malformed(f"tensor name {_show_key(key)} is not UTF-8") from None
+        start = end
+
+
+def read_bundle_index(prefix: str | os.PathLike[str]) -> Mapping[str, BundleEntry]:
     """Name -> :class:`BundleEntry` of every tensor in the checkpoint, in the index's order.
 
     Only ``PREFIX.index`` is read (the data shards need not exist); its checksums and every entry
-    are checked. Raises :class:`TF1BundleError` for a corrupt index, ``FileNotFoundError`` for a
-    missing one.
+    are checked. The result is a read-only mapping that builds each :class:`BundleEntry` when it is
+    asked for (an index may list hundreds of thousands of tensors). Raises :class:`TF1BundleError`
+    for a corrupt index, or one that is not a regular file; ``FileNotFoundError`` for a missing one.
     """
-    return dict(_load_index(prefix).entries)
+    return _load_index(prefix).entries
 
 
 def read_bundle(
@@ -810,53 +1131,74 @@ def read_bundle(
     ``bfloat16="float32"`` widens bfloat16 tensors to float32 (exactly); ``"bits"`` returns their
     raw ``uint16`` bit patterns. Raises :class:`TF1BundleError` for a corrupt, truncated or hostile
     checkpoint, a name it lacks, or a tensor this module cannot read (strings, partitioned
-    variables, ...: pass ``names`` to read the others); ``FileNotFoundError`` for a missing file.
+    variables, ...: pass ``names`` to read the others); ``FileNotFoundError`` (also a
+    :class:`TF1BundleError`) for a missing data shard, and ``FileNotFoundError`` for a missing
+    index. Every data shard is checked against the index (it exists, is a regular file, holds
+    every byte the index claims) before any tensor is read, so a lying index cannot make this
+    allocate more memory than the data files' size.
     """
     if bfloat16 not in ("float32", "bits"):
         raise ValueError(f"read_bundle: bfloat16 must be 'float32' or 'bits', got {bfloat16!r}.")
     if isinstance(names, str):
         raise TypeError(f"read_bundle: names must be a list of names, got the string {names!r}.")
     index = _load_index(prefix)
-    wanted = list(index.entries) if names is None else list(dict.fromkeys(names))
+    table = index.entries
     index_path = index.prefix + ".index"
-    missing = [n for n in wanted if n not in index.entries]
+    wanted = list(table) if names is None else list(dict.fromkeys(names))
+    positions = range(len(table)) if names is None else [table._find(n) for n in wanted]
+    missing = [_show_key(n) for n, i in zip(wanted, positions) if i < 0]
     if missing:
         raise TF1BundleError(
-            f"TF1 checkpoint {index_path}: no tensor(s) {', '.join(map(repr, missing))} "
-            f"(it holds {len(index.entries)})."
+            f"TF1 checkpoint {index_path}: no tensor(s) {_listing(missing)} "
+            f"(it holds {len(table)})."
         )
+    entries = [table._entry(i) for i in positions]
     unreadable = [
-        f"{n!r} ({_why_unreadable(index.entries[n])})"
-        for n in wanted
-        if not index.entries[n].readable
+        f"{_show_key(n)} ({_why_unreadable(e)})" for n, e in zip(wanted, entries) if not e.readable
     ]
     if unreadable:
         raise TF1BundleError(
-            f"TF1 checkpoint {index_path}: cannot read {', '.join(unreadable)}; pass names= "
+            f"TF1 checkpoint {index_path}: cannot read {_listing(unreadable)}; pass names= "
             "to read the other tensors."
         )
-    by_shard: dict[int, list[str]] = {}
-    for name in wanted:
-        by_shard.setdefault(index.entries[name].shard_id, []).append(name)
-    tensors: dict[str, Array] = {}
-    for shard, shard_names in sorted(by_shard.items()):
+    by_shard: dict[int, list[int]] = {}
+    for k, entry in enumerate(entries):
+        by_shard.setdefault(entry.shard_id, []).append(k)
+    shards: list[tuple[str, list[int]]] = []
+    for shard, ks in sorted(by_shard.items()):  # check every shard before reading any
         path = _data_path(index.prefix, shard, index.header.num_shards)
-        shard_names.sort(key=lambda n: index.entries[n].offset)  # read the file front to back
         try:
-            f = open(path, "rb")
+            file_size = _regular_file_size(os.stat(path), path, "data shard")
         except FileNotFoundError:
-            raise FileNotFoundError(
+            raise _MissingShardError(
                 f"TF1 checkpoint: no data shard {path} (its index {index_path} says the "
                 f"checkpoint has {index.header.num_shards} shard(s))."
             ) from None
-        with f:
-            file_size = os.fstat(f.fileno()).st_size
-            for name in shard_names:
-                raw = _read_tensor_bytes(f, path, file_size, name, index.entries[name])
-                tensors[name] = _decode_tensor(
-                    raw, index.entries[name], index.header.big_endian, bfloat16, path, name
+        ks.sort(key=lambda k: entries[k].offset)  # read the file front to back
+        _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])
+        shards.append((path, ks))
+    tensors: dict[str, Array] = {}
+    for path, ks in shards:
+        fd, file_size = _open_regular(path, "data shard")
+        with os.fdopen(fd, "rb") as f:
+            _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])  # no race
+            for k in ks:
+                raw = _read_tensor_bytes(f, path, file_size, wanted[k], entries[k])
+                tensors[wanted[k]] = _decode_tensor(
+                    raw, entries[k], index.header.big_endian, bfloat16, path, wanted[k]
                 )
     return {name: tensors[name] for name in wanted}
+
+
+class _MissingShardError(FileNotFoundError, TF1BundleError):
+    """A data shard that the index names is missing (both a ``FileNotFoundError``, as it always
+    was, and a :class:`TF1BundleError`: the checkpoint cannot be read)."""
+
+
+def _listing(items: list[str], limit: int = 20) -> str:
+    """The first ``limit`` of ``items``, comma-separated, and how many more there are."""
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
 
 
 def _why_unreadable(entry: BundleEntry) -> str:
@@ -865,23 +1207,88 @@ def _why_unreadable(entry: BundleEntry) -> str:
     return f"dtype {entry.dtype} is not supported"
 
 
+def _check_claims(path: str, file_size: int, claims: list[tuple[str, BundleEntry]]) -> None:
+    """Every tensor of ``claims`` (in offset order) lies inside the file, and together they take
+    no more bytes than it has (TensorFlow stores each tensor once: overlaps mean corruption)."""
+    past = [(n, e) for n, e in claims if e.offset > file_size or e.size > file_size - e.offset]
+    if past:
+        name, entry = past[0]
+        others = f" (and {len(past) - 1} other tensor(s))" if len(past) > 1 else ""
+        raise TF1BundleError(
+            f"TF1 checkpoint data {path}: tensor {_show_key(name)} (offset {entry.offset}, "
+            f"{entry.size} bytes){others} runs past the end of the file ({file_size} bytes); "
+            "the file is truncated or the index is corrupt."
+        )
+    total = sum(e.size for _, e in claims)
+    if total > file_size:
+        raise TF1BundleError(
+            f"TF1 checkpoint data {path}: its {len(claims)} tensor(s) claim {total} bytes in all, "
+            f"more than the file's {file_size}; they overlap, so the index is corrupt."
+        )
+
+
+def _regular_file_size(st: os.stat_result, path: str, what: str) -> int:
+    """``st``'s size, if it is a regular file's; a FIFO, device, socket or directory is refused
+    (opening a FIFO blocks forever, reading a device may never end)."""
+    if not stat.S_ISREG(st.st_mode):
+        mode = st.st_mode
+        kind = (
+            "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
+        raise TF1BundleError(f"TF1 checkpoint {what} {path} is {kind}, not a regular file.")
+    return st.st_size
+
+
+def _open_regular(path: str, what: str) -> tuple[int, int]:
+    """A descriptor open for reading on the regular file ``path``, and the file's size.
+
+    The file is checked before it is opened (``open`` itself blocks on a FIFO), opened
+    non-blocking (in case it was swapped for one since) and checked again once open.
+    """
+    _regular_file_size(os.stat(path), path, what)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        return fd, _regular_file_size(os.fstat(fd), path, what)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_file(path: str, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`_open_regular`)."""
+    fd, _ = _open_regular(path, what)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
 def _read_tensor_bytes(
     f: io.BufferedReader, path: str, file_size: int, name: str, entry: BundleEntry
 ) -> bytearray:
     if entry.offset > file_size or entry.size > file_size - entry.offset:
+        _check_claims(path, file_size, [(name, entry)])
+    try:
+        raw = bytearray(entry.size)
+    except MemoryError:
         raise TF1BundleError(
-            f"TF1 checkpoint data {path}: tensor {name!r} (offset {entry.offset}, {entry.size} "
-            f"bytes) runs past the end of the file ({file_size} bytes); the file is truncated "
-            "or the index is corrupt."
-        )
-    raw = bytearray(entry.size)
+            f"TF1 checkpoint data {path}: tensor {_show_key(name)} takes {entry.size} bytes, "
+            "more memory than is available."
+        ) from None
     f.seek(entry.offset)
     if f.readinto(raw) != entry.size:
-        raise TF1BundleError(f"TF1 checkpoint data {path}: short read of tensor {name!r}.")
+        raise TF1BundleError(f"TF1 checkpoint data {path}: short read of tensor {_show_key(name)}.")
     actual = crc32c(raw)
     if actual != _unmask(entry.crc32c):
         raise TF1BundleError(
-            f"TF1 checkpoint data {path}: tensor {name!r}: crc32c mismatch (stored "
+            f"TF1 checkpoint data {path}: tensor {_show_key(name)}: crc32c mismatch (stored "
             f"{_unmask(entry.crc32c):#010x}, computed {actual:#010x}); the file is corrupt."
         )
     return raw
@@ -898,13 +1305,14 @@ def _decode_tensor(
         flat_bytes = np.frombuffer(raw, dtype=np.uint8)
         if flat_bytes.size and int(flat_bytes.max()) > 1:
             raise TF1BundleError(
-                f"TF1 checkpoint data {path}: bool tensor {name!r} holds bytes other than 0 and 1."
+                f"TF1 checkpoint data {path}: bool tensor {_show_key(name)} holds bytes other "
+                "than 0 and 1."
             )
-    array = np.frombuffer(raw, dtype=stored).reshape(entry.shape)
-    array = array.astype(stored.newbyteorder("="), copy=False)
+    out = np.frombuffer(raw, dtype=stored).reshape(entry.shape)
+    out = out.astype(stored.newbyteorder("="), copy=False)
     if enum == _DT_BFLOAT16 and bfloat16 == "float32":
-        array = (array.astype(np.uint32) << 16).view(np.float32)
-    return array
+        out = (out.astype(np.uint32) << 16).view(np.float32)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -972,8 +1380,12 @@ def write_bundle(
     The files are what TensorFlow's own writer produces for the same tensors (keys sorted, data in
     key order, checksums written); ``tf.train.load_checkpoint`` reads them. Names in ``bfloat16``
     are stored as bfloat16 (give ``uint16`` bit patterns, or float32 values bfloat16 holds
-    exactly). The write is atomic: both files go to temporary names in the same directory first,
-    and the index (what readers open first) is renamed into place last.
+    exactly). New files get the umask's permissions, overwritten ones keep theirs.
+
+    The write is crash-safe: until the new pair is complete, :func:`read_bundle` (and
+    ``checkpoint.restore``) read the old checkpoint, whenever the process dies; the next write of
+    the prefix rolls an interrupted one back and removes its files. Writers of one directory are
+    serialised by a lock. The protocol is in docs/checkpoint_format.md, "Crash safety".
     """
     bf16 = set(bfloat16)
     unknown = sorted(bf16 - set(tensors))
@@ -987,8 +1399,8 @@ def write_bundle(
     items.sort(key=lambda item: item[0])
 
     prefix_str = os.fspath(prefix)
-    Path(prefix_str).parent.mkdir(parents=True, exist_ok=True)
-    data_path = _data_path(prefix_str, 0, 1)
+    directory = os.path.dirname(os.path.abspath(prefix_str))
+    os.makedirs(directory, exist_ok=True)
     entries: list[tuple[bytes, bytes]] = [(b"", _HEADER)]
 
     def write_data(f: BinaryIO) -> None:
@@ -1000,37 +1412,57 @@ def write_bundle(
             entries.append((key, _encode_entry(enum, stored.shape, offset, len(raw), crc)))
             offset += len(raw)
 
-    tmp_data = _write_temp(data_path, write_data)
-    try:
-        table = _build_table(entries, _BLOCK_SIZE, _RESTART_INTERVAL)
-        tmp_index = _write_temp(prefix_str + ".index", lambda f: f.write(table))
-    except BaseException:
-        Path(tmp_data).unlink(missing_ok=True)
-        raise
-    try:
-        os.replace(tmp_data, data_path)
-    except BaseException:
-        Path(tmp_index).unlink(missing_ok=True)
-        Path(tmp_data).unlink(missing_ok=True)
-        raise
-    os.replace(tmp_index, prefix_str + ".index")
+    staged = _side_prefix(prefix_str, _STAGED)
+    with atomic.directory_lock(directory):
+        _settle(prefix_str)
+        for path in (prefix_str + ".index", _data_path(prefix_str, 0, 1)):
+            if os.path.isdir(path):
+                raise IsADirectoryError(f"write_bundle: {path} is a directory; remove it first.")
+        try:
+            live_data = _data_path(prefix_str, 0, 1)
+            atomic.write_file(_data_path(staged, 0, 1), write_data, mode_of=live_data)
+            table = _build_table(entries, _BLOCK_SIZE, _RESTART_INTERVAL)
+            atomic.write_file(staged + ".index", table, mode_of=prefix_str + ".index")
+            _swap_in(prefix_str, staged)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _settle(prefix_str)  # back to the old pair, and no staged or backup file left
+            raise
 
 
-def _write_temp(target: str, write: Callable[[BinaryIO], object]) -> str:
-    """Write a temporary file beside ``target`` (flushed to disk) and return its path.
+def _swap_in(prefix: str, staged: str) -> None:
+    """Move the staged pair onto ``prefix``, keeping the old pair as a backup until it is done.
 
-    Created with mode 0o666 less the umask, like any file the user writes (``mkstemp`` would
-    make it private to the user).
+    The backup index is linked last (so it implies complete backup data) and the live index is
+    renamed last: from the backup index's creation to that rename, :func:`_readable_prefix` reads
+    the backup; before and after, the live pair, old or new, is whole.
     """
-    directory, base = os.path.split(target)
-    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
+    live_index, live_data = prefix + ".index", _data_path(prefix, 0, 1)
+    backup = _side_prefix(prefix, _BACKUP)
+    if os.path.isfile(live_index) and os.path.lexists(live_data):
+        for path in _data_files(prefix):
+            atomic.link_or_copy(path, backup + path[len(prefix) :])
+        atomic.link_or_copy(live_index, backup + ".index")
+    atomic.replace(_data_path(staged, 0, 1), live_data)
+    atomic.replace(staged + ".index", live_index)  # the commit point
+    _remove_pair(backup)
+
+
+def _settle(prefix: str) -> None:
+    """Finish what an interrupted :func:`write_bundle` of ``prefix`` left: make the pair that
+    :func:`_readable_prefix` reads the live one, then remove the staged and backup files."""
+    backup, staged = _side_prefix(prefix, _BACKUP), _side_prefix(prefix, _STAGED)
+    if _readable_prefix(prefix) == backup:  # stopped before the commit: roll the data back
+        for path in _data_files(backup):
+            atomic.link_or_copy(path, prefix + path[len(backup) :])
+    _remove_pair(staged)  # from here on readers read the live pair
+    _remove_pair(backup)
+
+
+def _remove_pair(prefix: str) -> None:
+    """Remove a staged or backup pair, index first, and the temporary files of its names."""
+    for path in (prefix + ".index", *_data_files(prefix)):
+        atomic.remove(path)
+    for path in (prefix + ".index", _data_path(prefix, 0, 1)):
+        atomic.remove_leftovers(path)
+    atomic.fsync_directory(os.path.dirname(os.path.abspath(prefix)))
