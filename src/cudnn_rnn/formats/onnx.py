@@ -29,7 +29,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-import tempfile
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from cudnn_rnn import atomic
 from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_RNN_BIDIRECTION,
@@ -57,7 +58,16 @@ from cudnn_rnn.formats.onnx_graph import (
 )
 from cudnn_rnn.layers import _CudnnRNN
 
-__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "ONNX_OPS", "from_onnx", "model_proto", "to_onnx"]
+__all__ = [
+    "DEFAULT_OPSET",
+    "MIN_OPSET",
+    "ONNX_OPS",
+    "OnnxFormatError",
+    "from_onnx",
+    "load_model",
+    "model_proto",
+    "to_onnx",
+]
 
 #: Ops that only move data; a model from_onnx reads has RNN nodes and these, nothing else.
 _PLUMBING = frozenset(
@@ -134,18 +144,32 @@ def to_onnx(
 
 
 def _save_atomically(onnx: Any, model: Any, path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".onnx", dir=folder)
-    os.close(fd)
-    try:
-        onnx.save_model(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    # Weights are stored inside the model (no external data: a layer is far below protobuf's 2 GB).
+    atomic.write_file(path, model.SerializeToString())
 
 
 # -- reading -------------------------------------------------------------------------------------
+
+
+class OnnxFormatError(ValueError):
+    """An ONNX model that :func:`from_onnx` cannot read: bytes that are not a valid model, a file
+    that is not a regular file, hostile sizes, or a graph that computes something else than a
+    stack of our layers."""
+
+
+#: Ops that lay data out differently without changing it, by the index of their data inputs
+#: (None: all of them); their other inputs (a shape, axes) only say how. Only these may stand
+#: between the graph inputs, the RNN nodes and the graph outputs.
+_LAYOUT_OPS: dict[str, tuple[int, ...] | None] = {
+    "Concat": None,
+    "Flatten": (0,),
+    "Identity": (0,),
+    "Reshape": (0,),
+    "Squeeze": (0,),
+    "Transpose": (0,),
+    "Unsqueeze": (0,),
+}
+_STANDARD_DOMAINS = ("", "ai.onnx")
 
 
 @dataclass
@@ -161,6 +185,134 @@ class _Node:
     b: np.ndarray | None
 
 
+def load_model(path: str | os.PathLike[str]) -> Any:
+    """The ``onnx.ModelProto`` in the file ``path``, checked; :func:`from_onnx` and the
+    ``cudnn-rnn`` command read ONNX files with it.
+
+    ``path`` must be a regular file: a FIFO, a device or a folder is refused before it is opened.
+    External data must be regular files in the model's folder (no absolute path, no ``..``, no
+    link out of it), and each tensor's range must exist in its file without overlapping
+    another's (no byte is read twice). Then ``onnx.checker`` checks the model.
+
+    Raises OnnxFormatError for all of these and for bytes that are not an ONNX model,
+    FileNotFoundError for a missing file.
+    """
+    onnx = import_onnx()
+    name = os.fspath(path)
+    label = f"from_onnx: {name!r}"
+    _check_regular(os.stat(name), label)
+    # O_NONBLOCK: should the file be swapped for a FIFO after the stat, open does not wait for
+    # a writer and the fstat below refuses it.
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as file:
+        _check_regular(os.fstat(file.fileno()), label)
+        data = file.read()
+    registry = onnx.serialization.registry
+    fmt = registry.get_format_from_file_extension(os.path.splitext(name)[1]) or "protobuf"
+    try:
+        model = onnx.load_model_from_string(data, format=fmt)
+    except Exception as err:  # whatever the parser raises, these bytes are not a model
+        raise OnnxFormatError(
+            f"{label} is not an ONNX model ({type(err).__name__}: {err})."
+        ) from err
+    _load_external_data(onnx, model, os.path.dirname(os.path.abspath(name)), label)
+    _check_model(onnx, model, label)
+    return model
+
+
+def _check_regular(info: os.stat_result, label: str) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise OnnxFormatError(f"{label} is {kind}; only regular files are read.")
+
+
+def _check_model(onnx: Any, model: Any, label: str, *, shapes: bool = False) -> None:
+    """onnx.checker; with ``shapes``, strict shape inference too (an axis or a permutation out
+    of range in the ops around the RNN nodes makes a model that cannot run at all)."""
+    try:
+        onnx.checker.check_model(model)
+        if shapes:
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as err:  # ValidationError, InferenceError, or protobuf's size limits
+        raise OnnxFormatError(f"{label}: the model is not valid ONNX: {err}") from err
+
+
+def _tensors(model: Any) -> list[Any]:
+    """Every TensorProto of ``model``: initializers, sparse ones, attributes, subgraphs."""
+    found: list[Any] = []
+    graphs = [model.graph]
+    nodes = [n for f in model.functions for n in f.node]
+    while graphs or nodes:
+        if graphs:
+            graph = graphs.pop()
+            found.extend(graph.initializer)
+            for sparse in graph.sparse_initializer:
+                found += [sparse.values, sparse.indices]
+            nodes.extend(graph.node)
+            continue
+        for attribute in nodes.pop().attribute:
+            found += [attribute.t, *attribute.tensors]
+            for sparse in [attribute.sparse_tensor, *attribute.sparse_tensors]:
+                found += [sparse.values, sparse.indices]
+            graphs += [attribute.g, *attribute.graphs]
+    return found
+
+
+def _load_external_data(onnx: Any, model: Any, folder: str, label: str) -> None:
+    """Read the tensors ``model`` keeps in other files of ``folder``, after checking that each
+    is a regular file inside it and each range exists and overlaps no other."""
+    helper = onnx.external_data_helper
+    external = [t for t in _tensors(model) if helper.uses_external_data(t)]
+    ranges: dict[str, list[tuple[int, int, str]]] = {}
+    root = os.path.realpath(folder)
+    for tensor in external:
+        where = f"{label}: tensor {tensor.name!r} keeps its data in"
+        try:
+            info = helper.ExternalDataInfo(tensor)
+        except ValueError as err:
+            raise OnnxFormatError(f"{where} a file described wrongly: {err}") from err
+        location = info.location
+        target = os.path.realpath(os.path.join(root, location))
+        if (
+            not location
+            or os.path.isabs(location)
+            or ".." in location.replace("\\", "/").split("/")
+            or os.path.commonpath([root, target]) != root
+        ):
+            raise OnnxFormatError(
+                f"{where} {location!r}, which is not a file in the model's folder {folder!r}."
+            )
+        try:
+            size = os.stat(target)
+        except OSError as err:
+            raise OnnxFormatError(f"{where} {location!r}, which cannot be read: {err}") from err
+        _check_regular(size, f"{where} {location!r}, which")
+        offset = info.offset or 0
+        length = size.st_size - offset if info.length is None else info.length
+        if offset + length > size.st_size or length < 0:
+            raise OnnxFormatError(
+                f"{where} {location!r} at bytes [{offset}, {offset + length}), but that file "
+                f"has {size.st_size} bytes."
+            )
+        ranges.setdefault(target, []).append((offset, offset + length, tensor.name))
+    for target, spans in ranges.items():
+        spans.sort()
+        for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+            if start < end:
+                raise OnnxFormatError(
+                    f"{label}: tensors {first!r} and {second!r} claim overlapping bytes of "
+                    f"{os.path.relpath(target, root)!r}; every byte of external data belongs to "
+                    "one tensor."
+                )
+    for tensor in external:
+        try:
+            helper.load_external_data_for_tensor(tensor, folder)
+        except Exception as err:  # onnx's own checks of the location
+            raise OnnxFormatError(
+                f"{label}: the external data of tensor {tensor.name!r} cannot be read: {err}"
+            ) from err
+
+
 def from_onnx(source: str | os.PathLike[str] | Any, *, input_mode: str | None = None) -> _CudnnRNN:
     """Our layer from an ONNX model (a path or a loaded ``onnx.ModelProto``) whose RNN nodes are
     a stack of standard LSTM, GRU or RNN layers (see the module docstring).
@@ -169,72 +321,74 @@ def from_onnx(source: str | os.PathLike[str] | Any, *, input_mode: str | None = 
     ``"linear_input"``; ``"skip_input"`` needs identity ``W`` in the first node. The layer is
     float32/float64/float16 as the model's weights, on the CPU.
 
-    Raises ValueError for a model with no RNN node, nodes that are not one stack of the same kind,
-    other computing ops, weights that are not constants, or attributes that compute other math:
-    ``clip``, non-default activations, GRU ``linear_before_reset=0``, LSTM ``input_forget`` or
-    non-zero peepholes ``P``, ``direction="reverse"``.
+    A path is read with :func:`load_model`. The graph must compute what the layer computes: its
+    first RNN node's ``X`` is a graph input, each next one's is the ``Y`` before it, and every
+    graph output is the last node's ``Y`` or the nodes' ``Y_h`` (or ``Y_c``) in layer order,
+    with only layout ops (Transpose, Reshape, Squeeze, Unsqueeze, Flatten, Identity, Concat) on
+    the way. Weights computed from constants are evaluated with bounds (see :class:`_Graph`).
+
+    Raises OnnxFormatError (a ValueError) for a file or model it cannot read: not ONNX, not a
+    regular file, hostile sizes, no RNN node, nodes of other domains or other computing ops,
+    nodes that are not one stack of the same kind, outputs not computed by them, weights that
+    are not constants, or attributes that compute other math: ``clip``, non-default
+    activations, GRU ``linear_before_reset=0``, LSTM ``input_forget`` or non-zero peepholes
+    ``P``, ``direction="reverse"``. FileNotFoundError for a missing file.
     """
     owner = "from_onnx"
     onnx = import_onnx()
     if isinstance(source, (str, os.PathLike)):
-        model = onnx.load(os.fspath(source))
+        model = load_model(source)
     elif isinstance(source, onnx.ModelProto):
         model = source
+        uses = onnx.external_data_helper.uses_external_data
+        stored = [t.name for t in _tensors(model) if uses(t)]
+        if stored:
+            raise OnnxFormatError(
+                f"{owner}: tensors {stored[:3]} of the model keep their data in external files, "
+                "which a loaded ModelProto cannot locate; pass the model's path instead."
+            )
+        _check_model(onnx, model, owner)
     else:
         raise TypeError(
             f"{owner}: expected a path or an onnx.ModelProto, got {type(source).__name__}."
         )
-    graph = model.graph
-    ops = {op.op_type for op in ONNX_OPS.values()}
-    rnn_nodes = [n for n in graph.node if n.domain in ("", "ai.onnx") and n.op_type in ops]
-    if not rnn_nodes:
-        found = sorted({n.op_type for n in graph.node})
-        raise ValueError(
-            f"{owner}: not an RNN model: the graph has no LSTM, GRU or RNN node (it has "
-            f"{found or 'no nodes'}). Note that torch.onnx.export(..., dynamo=True) unrolls "
-            "torch.nn.RNN into MatMul/Add/Tanh ops: export it with dynamo=False."
-        )
-    others = sorted({n.op_type for n in graph.node} - ops - _PLUMBING)
-    if others:
-        raise ValueError(
-            f"{owner}: the graph also computes with {others}; our layer is a stack of RNN layers "
-            "only, so it would not compute what this model computes."
-        )
-    flow = _Graph(onnx, model)
+    rnn_nodes = _rnn_nodes(model, owner)
+    flow = _Graph(onnx, model, owner)
     nodes = [_read_node(onnx, n, flow, owner) for n in rnn_nodes]
-    for before, node in itertools.pairwise(rnn_nodes):
-        if before.output[0] not in flow.ancestors(node.input[0])[0]:
-            raise ValueError(
-                f"{owner}: the input of {node.op_type} node {node.name!r} does not come from the "
-                f"output Y of {before.op_type} node {before.name!r}; the RNN nodes are not one "
-                "stack of layers."
-            )
+    _check_data_flow(flow, rnn_nodes, owner)
     first = nodes[0]
     for n in nodes[1:]:
         if (n.mode, n.hidden, n.dirs) != (first.mode, first.hidden, first.dirs):
-            raise ValueError(
+            raise OnnxFormatError(
                 f"{owner}: RNN node {n.name!r} is a {n.mode} of hidden_size {n.hidden} with "
                 f"{n.dirs} direction(s), but node {first.name!r} is a {first.mode} of hidden_size "
                 f"{first.hidden} with {first.dirs}; our layer stacks layers of one kind only."
             )
     if input_mode is None:
         meta = {p.key: p.value for p in model.metadata_props}
-        input_mode = meta.get(_META_INPUT_MODE, CUDNN_INPUT_LINEAR_MODE)
+        try:
+            recorded = meta.get(_META_INPUT_MODE, CUDNN_INPUT_LINEAR_MODE)
+            input_mode = check_input_mode(owner, recorded)
+        except (TypeError, ValueError) as err:  # TypeError: bytes that are not UTF-8
+            raise OnnxFormatError(f"{err} (read from the model's metadata)") from err
     input_mode = check_input_mode(owner, input_mode)
     d, h = first.dirs, first.hidden
-    spec = RNNSpec(
-        first.mode,
-        len(nodes),
-        h,
-        int(first.w.shape[-1]),
-        input_mode,
-        CUDNN_RNN_BIDIRECTION if d == 2 else CUDNN_RNN_UNIDIRECTION,
-        owner=owner,
-    )
+    try:
+        spec = RNNSpec(
+            first.mode,
+            len(nodes),
+            h,
+            int(first.w.shape[-1]),
+            input_mode,
+            CUDNN_RNN_BIDIRECTION if d == 2 else CUDNN_RNN_UNIDIRECTION,
+            owner=owner,
+        )
+    except ValueError as err:
+        raise OnnxFormatError(str(err)) from err
     g = len(CUDNN_GATES[spec.mode])
     dtypes = {a.dtype for n in nodes for a in (n.w, n.r, n.b) if a is not None}
     if len(dtypes) != 1:
-        raise ValueError(f"{owner}: the RNN weights mix dtypes {sorted(map(str, dtypes))}.")
+        raise OnnxFormatError(f"{owner}: the RNN weights mix dtypes {sorted(map(str, dtypes))}.")
     blocks: dict[BlockKey, Tensor] = {}
     for index, n in enumerate(nodes):
         expect = {
@@ -242,15 +396,16 @@ def from_onnx(source: str | os.PathLike[str] | Any, *, input_mode: str | None = 
             "R": (d, g * h, h),
             "B": (d, 2 * g * h),
         }
-        bias = n.b if n.b is not None else np.zeros(expect["B"], n.w.dtype)
-        got = {"W": n.w.shape, "R": n.r.shape, "B": bias.shape}
+        # The shapes are compared before a missing B is made: h comes from an attribute.
+        got = {"W": n.w.shape, "R": n.r.shape, "B": expect["B"] if n.b is None else n.b.shape}
         bad = [f"{k} {got[k]} (expected {v})" for k, v in expect.items() if got[k] != v]
         if bad:
-            raise ValueError(
+            raise OnnxFormatError(
                 f"{owner}: RNN node {n.name!r} (layer {index}) has misshapen weights: "
                 + "; ".join(bad)
                 + "."
             )
+        bias = n.b if n.b is not None else np.zeros(expect["B"], n.w.dtype)
         for k in range(d):
             blocks[(index, k, INPUT)] = _as_tensor(n.w[k])
             blocks[(index, k, RECURRENT)] = _as_tensor(n.r[k])
@@ -258,9 +413,86 @@ def from_onnx(source: str | os.PathLike[str] | Any, *, input_mode: str | None = 
             blocks[(index, k, RECURRENT_BIAS)] = _as_tensor(bias[k, g * h :])
     weights, biases = unstack_gates(spec, blocks, GATE_ORDER)
     dtype = weights[0].dtype
-    return layer_from_canonical(
-        spec, weights, biases, dtype=dtype, device=torch.device("cpu"), owner=owner
-    )
+    # Last, so that the refusals above, which say more, come first.
+    _check_model(onnx, model, owner, shapes=True)
+    try:
+        return layer_from_canonical(
+            spec, weights, biases, dtype=dtype, device=torch.device("cpu"), owner=owner
+        )
+    except ValueError as err:  # skip_input without identity W
+        raise OnnxFormatError(str(err)) from err
+
+
+def _rnn_nodes(model: Any, owner: str) -> list[Any]:
+    """The standard RNN nodes of ``model``'s graph, in graph order, after refusing nodes of
+    other domains (and model-local functions) and ops that compute."""
+    graph = model.graph
+    local = {(f.domain, f.name) for f in model.functions}
+    for n in graph.node:
+        if n.domain not in _STANDARD_DOMAINS or (n.domain, n.op_type) in local:
+            raise OnnxFormatError(
+                f"{owner}: node {n.name!r} is {n.op_type!r} of domain {n.domain!r}, not a "
+                "standard ONNX operator; our layer computes the standard LSTM, GRU and RNN "
+                "operators only."
+            )
+    ops = {op.op_type for op in ONNX_OPS.values()}
+    rnn_nodes = [n for n in graph.node if n.op_type in ops]
+    if not rnn_nodes:
+        found = sorted({n.op_type for n in graph.node})
+        raise OnnxFormatError(
+            f"{owner}: not an RNN model: the graph has no LSTM, GRU or RNN node (it has "
+            f"{found or 'no nodes'}). Note that torch.onnx.export(..., dynamo=True) unrolls "
+            "torch.nn.RNN into MatMul/Add/Tanh ops: export it with dynamo=False."
+        )
+    others = sorted({n.op_type for n in graph.node} - ops - _PLUMBING)
+    if others:
+        raise OnnxFormatError(
+            f"{owner}: the graph also computes with {others}; our layer is a stack of RNN layers "
+            "only, so it would not compute what this model computes."
+        )
+    return rnn_nodes
+
+
+def _check_data_flow(flow: _Graph, rnn_nodes: list[Any], owner: str) -> None:
+    """Refuse a graph whose data does not flow graph input -> RNN nodes -> graph outputs, with
+    layout ops only on the way (:data:`_LAYOUT_OPS`): the layer would compute something else."""
+    for before, node in zip([None, *rnn_nodes], rnn_nodes):
+        label = f"{node.op_type} node {node.name!r}"
+        leaves = flow.data_sources(node.input[0] if node.input else "")
+        if before is None:
+            if len(leaves) != 1 or not flow.is_runtime_input(leaves[0]):
+                raise OnnxFormatError(
+                    f"{owner}: the input X of {label} comes from {flow.describe(leaves)}, not "
+                    "from one graph input through layout ops; our layer takes the input as is."
+                )
+        elif leaves != [before.output[0]]:
+            raise OnnxFormatError(
+                f"{owner}: the input of {label} does not come from the output Y of "
+                f"{before.op_type} node {before.name!r} (it comes from {flow.describe(leaves)}); "
+                "the RNN nodes are not one stack of layers."
+            )
+    last_y = rnn_nodes[-1].output[0] if rnn_nodes[-1].output else ""
+    state = {
+        out: (kind, layer)
+        for layer, n in enumerate(rnn_nodes)
+        for kind, out in enumerate(n.output)
+        if kind > 0 and out
+    }
+    for output in flow.outputs:
+        leaves = flow.data_sources(output)
+        if leaves == [last_y]:
+            continue
+        found = [state.get(leaf) for leaf in leaves]
+        kinds = {f[0] for f in found if f is not None}
+        layers = [f[1] for f in found if f is not None]
+        if None not in found and len(kinds) == 1 and layers == sorted(set(layers)):
+            continue
+        raise OnnxFormatError(
+            f"{owner}: graph output {output!r} comes from {flow.describe(leaves)}; our layer "
+            "computes the last RNN node's Y and the nodes' Y_h/Y_c in layer order, with only "
+            f"layout ops {sorted(_LAYOUT_OPS)} after them, so it would not compute what this "
+            "model computes."
+        )
 
 
 def _as_tensor(a: np.ndarray) -> Tensor:
@@ -269,17 +501,42 @@ def _as_tensor(a: np.ndarray) -> Tensor:
     return torch.from_numpy(np.array(a))
 
 
-class _Graph:
-    """Data flow of a model's graph: who produces each tensor, and the values of constants."""
+def _product(values: Any) -> int:
+    """The product of dimensions, as an exact Python int (never a NumPy overflow)."""
+    total = 1
+    for v in values:
+        total *= int(v)
+    return total
 
-    def __init__(self, onnx: Any, model: Any) -> None:
+
+class _Graph:
+    """Data flow of a model's graph: who produces each tensor, and the values of constants.
+
+    Weights computed from constants are evaluated one plumbing node at a time, and before a node
+    runs the elements of its outputs are bounded from its inputs' values and shapes (an exact
+    integer product, e.g. the shape a ``ConstantOfShape`` or ``Expand`` asks for). Plumbing only
+    moves data the model holds, so no output may have more elements than twice the model's
+    bytes (every value stored takes at least half a byte), and all the values evaluated for one
+    model together no more than eight times; a node that would exceed this is refused before it
+    allocates anything.
+    """
+
+    def __init__(self, onnx: Any, model: Any, owner: str) -> None:
         self._onnx = onnx
         self._model = model
+        self._owner = owner
         graph = model.graph
         self._inits = {t.name: t for t in graph.initializer}
-        self._producer = {out: n for n in graph.node for out in n.output}
+        self._producer = {out: n for n in graph.node for out in n.output if out}
         # A graph input with an initializer of the same name is a default: a constant as well.
         self._runtime = {i.name for i in graph.input} - set(self._inits)
+        self.outputs = [o.name for o in graph.output]
+        size = max(model.ByteSize(), 1)
+        self._limit, self._budget = 2 * size, 8 * size
+        self._values: dict[str, np.ndarray] = {}
+
+    def is_runtime_input(self, name: str) -> bool:
+        return name in self._runtime
 
     def ancestors(self, name: str) -> tuple[set[str], list[Any]]:
         """The tensors ``name`` is computed from (itself included) and the nodes that do it."""
@@ -297,30 +554,157 @@ class _Graph:
                 stack.extend(node.input)
         return names, [n for n in self._model.graph.node if id(n) in nodes]  # graph order
 
+    def data_sources(self, name: str) -> list[str]:
+        """The tensors whose data ``name`` is, through layout ops (their data inputs only), in
+        order; a tensor reached twice is listed twice (and not followed again)."""
+        leaves: list[str] = []
+        seen: set[str] = set()
+        stack = [name]
+        while stack:
+            current = stack.pop()
+            node = self._producer.get(current)
+            if current in seen or node is None or current in self._inits:
+                leaves.append(current)
+                continue
+            seen.add(current)
+            data = _LAYOUT_OPS.get(node.op_type, ())
+            if data == ():
+                leaves.append(current)
+                continue
+            inputs = list(node.input)
+            picked = inputs if data is None else [inputs[i] for i in data if i < len(inputs)]
+            stack.extend(reversed(picked))
+        return leaves
+
+    def describe(self, names: list[str]) -> str:
+        """Where each of ``names`` comes from, in words."""
+        parts = []
+        for name in names[:4]:
+            node = self._producer.get(name)
+            if name in self._inits:
+                parts.append(f"the initializer {name!r}")
+            elif name in self._runtime:
+                parts.append(f"the graph input {name!r}")
+            elif node is None:
+                parts.append(f"{name!r}, which nothing computes")
+            else:
+                index = list(node.output).index(name)
+                parts.append(f"output {index} ({name!r}) of {node.op_type} node {node.name!r}")
+        more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+        return (", ".join(parts) or "nothing") + more
+
     def constant(self, name: str) -> np.ndarray | None:
         """The value of ``name``, or None when it depends on a run-time input."""
-        onnx = self._onnx
-        if name in self._inits:
-            return np.asarray(onnx.numpy_helper.to_array(self._inits[name]))
         names, nodes = self.ancestors(name)
-        sources = names - set(self._producer) - set(self._inits)
-        if sources or names & self._runtime:  # a graph input (or a dangling name)
-            return None
-        graph = onnx.helper.make_graph(
-            nodes,
-            "constant",
-            [],
-            [onnx.helper.make_empty_tensor_value_info(name)],
-            initializer=[self._inits[k] for k in sorted(names & set(self._inits))],
+        if name not in self._inits:
+            sources = names - set(self._producer) - set(self._inits)
+            if sources or names & self._runtime:  # a graph input (or a dangling name)
+                return None
+        for node in nodes:
+            if any(out and out not in self._values for out in node.output):
+                self._run(node)
+        return self._value(name)
+
+    def _value(self, name: str) -> np.ndarray:
+        if name not in self._values:
+            if name not in self._inits:
+                raise self._refuse(f"tensor {name!r} is used before it is computed")
+            try:
+                value = np.asarray(self._onnx.numpy_helper.to_array(self._inits[name]))
+            except Exception as err:  # data that does not match its dims or dtype
+                raise self._refuse(f"initializer {name!r} cannot be read: {err}") from err
+            self._values[name] = value
+        return self._values[name]
+
+    def _refuse(self, what: str) -> OnnxFormatError:
+        return OnnxFormatError(f"{self._owner}: {what}.")
+
+    def _run(self, node: Any) -> None:
+        label = f"{node.op_type} node {node.name!r}"
+        if node.op_type not in _PLUMBING:
+            raise self._refuse(
+                f"the weights are computed by {label}; only ops that move data "
+                f"({sorted(_PLUMBING)}) may compute weights"
+            )
+        args = [self._value(i) if i else None for i in node.input]
+        try:
+            elements = self._elements(node, args)
+        except (ValueError, TypeError, IndexError) as err:
+            raise self._refuse(f"{label} has unusable inputs: {err}") from err
+        if elements > self._limit or elements > self._budget:
+            raise self._refuse(
+                f"{label} would make {elements} elements, more than the model's data could "
+                f"hold ({min(self._limit, self._budget)}); refused before allocating them"
+            )
+        helper = self._onnx.helper
+        feeds = {i: a for i, a in zip(node.input, args) if a is not None}
+        sub = helper.make_model(
+            helper.make_graph(
+                [node],
+                "plumbing",
+                [helper.make_empty_tensor_value_info(i) for i in feeds],
+                [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+            ),
+            opset_imports=list(self._model.opset_import),
         )
-        sub = onnx.helper.make_model(graph, opset_imports=list(self._model.opset_import))
-        evaluator = importlib.import_module("onnx.reference").ReferenceEvaluator(sub)
-        return np.asarray(evaluator.run(None, {})[0])
+        try:
+            evaluator = importlib.import_module("onnx.reference").ReferenceEvaluator(sub)
+            outputs = [np.asarray(v) for v in evaluator.run(None, feeds)]
+        except Exception as err:  # the reference implementation refusing its inputs
+            raise self._refuse(f"{label} cannot be evaluated: {err}") from err
+        made = sum(v.size for v in outputs)
+        if made > elements:  # the bound above is wrong for this op: a bug, not the file's fault
+            raise RuntimeError(f"{self._owner}: {label} made {made} > {elements} elements.")
+        self._budget -= made
+        self._values.update(zip([o for o in node.output if o], outputs))
+
+    @staticmethod
+    def _elements(node: Any, args: list[np.ndarray | None]) -> int:
+        """An upper bound on the elements of ``node``'s outputs, from its inputs alone."""
+        op = node.op_type
+        attrs = {a.name: a for a in node.attribute}
+        if op == "Constant":
+            (a,) = attrs.values()
+            if a.name in ("value", "sparse_value"):
+                dims = a.t.dims if a.name == "value" else a.sparse_tensor.dims
+                if any(v < 0 for v in dims):
+                    raise ValueError(f"negative dimensions {list(dims)}")
+                return _product(dims)
+            return max(len(a.floats), len(a.ints), len(a.strings), 1)
+        data = args[0] if args else None
+        if data is None:
+            raise ValueError("no data input")
+        if op in ("ConstantOfShape", "Expand"):
+            shape = args[0] if op == "ConstantOfShape" else args[1]
+            if shape is None or shape.ndim != 1 or shape.dtype.kind not in "iu":
+                raise ValueError("the shape is not a 1-D integer tensor")
+            wanted = [int(v) for v in shape]
+            if any(v < 0 for v in wanted):
+                raise ValueError(f"negative dimensions {wanted}")
+            if op == "ConstantOfShape":
+                return _product(wanted)
+            n = max(len(wanted), data.ndim)
+            ours = [1] * (n - data.ndim) + list(data.shape)
+            wanted = [1] * (n - len(wanted)) + wanted
+            return _product(max(a, b) for a, b in zip(ours, wanted))
+        if op == "Concat":
+            return sum(a.size for a in args if a is not None)
+        if op == "Gather":
+            indices = args[1] if len(args) > 1 else None
+            axis = attrs["axis"].i if "axis" in attrs else 0
+            if indices is None or not -data.ndim <= axis < data.ndim:
+                raise ValueError(f"axis {axis} of data of shape {data.shape}")
+            return _product([*data.shape[:axis], indices.size, *data.shape[axis:][1:]])
+        if op == "Shape":
+            return data.ndim
+        # Cast, Flatten, Identity, Reshape, Slice, Split, Squeeze, Transpose, Unsqueeze: at most
+        # the elements they are given.
+        return int(data.size)
 
 
 def _attributes(onnx: Any, node: Any) -> dict[str, Any]:
     def text(v: Any) -> Any:
-        return v.decode() if isinstance(v, bytes) else v
+        return v.decode(errors="replace") if isinstance(v, bytes) else v
 
     values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     return {k: [text(x) for x in v] if isinstance(v, list) else text(v) for k, v in values.items()}
@@ -330,12 +714,12 @@ def _read_node(onnx: Any, node: Any, graph: _Graph, owner: str) -> _Node:
     attrs = _attributes(onnx, node)
     label = f"{node.op_type} node {node.name!r}"
 
-    def refuse(what: str) -> ValueError:
-        return ValueError(f"{owner}: {label} {what}; our layers compute cuDNN's math only.")
+    def refuse(what: str) -> OnnxFormatError:
+        return OnnxFormatError(f"{owner}: {label} {what}; our layers compute cuDNN's math only.")
 
     direction = attrs.get("direction", "forward")
     if direction not in ("forward", "bidirectional"):
-        raise ValueError(
+        raise OnnxFormatError(
             f"{owner}: {label} has direction={direction!r}; our layers run 'forward' "
             "(unidirectional) or 'bidirectional', not a reverse-only layer."
         )
@@ -365,20 +749,25 @@ def _read_node(onnx: Any, node: Any, graph: _Graph, owner: str) -> _Node:
             return None
         value = graph.constant(name)
         if value is None:
-            raise ValueError(
+            raise OnnxFormatError(
                 f"{owner}: {label}: its {what} input {name!r} is computed from the graph's "
                 "run-time inputs, not from constants; only models with constant weights can be "
                 "read."
+            )
+        if value.dtype.name not in ("float16", "bfloat16", "float32", "float64"):
+            raise OnnxFormatError(
+                f"{owner}: {label}: its {what} input {name!r} is {value.dtype.name}; RNN weights "
+                "are float16, bfloat16, float32 or float64."
             )
         return value
 
     w, r = weight(1, "W"), weight(2, "R")
     if w is None or r is None:
-        raise ValueError(f"{owner}: {label} has no W or R input.")
+        raise OnnxFormatError(f"{owner}: {label} has no W or R input.")
     b = weight(3, "B")
     for what, value, ndim in (("W", w, 3), ("R", r, 3), ("B", b, 2)):
         if value is not None and value.ndim != ndim:
-            raise ValueError(
+            raise OnnxFormatError(
                 f"{owner}: {label}: {what} has shape {value.shape}; expected {ndim} dimensions."
             )
     if node.op_type == "LSTM":
@@ -391,7 +780,7 @@ def _read_node(onnx: Any, node: Any, graph: _Graph, owner: str) -> _Node:
 
 def _mode_of(op_type: str, activations: list[str] | None, dirs: int) -> str | None:
     """Our mode for an RNN node's activations (None: they compute something else)."""
-    given = [a.lower() for a in activations or _DEFAULT_ACTIVATIONS[op_type]]
+    given = [str(a).lower() for a in activations or _DEFAULT_ACTIVATIONS[op_type]]
     for mode, op in ONNX_OPS.items():
         expected = [a.lower() for a in op.activations]
         if op.op_type == op_type and given in (expected, expected * dirs):
