@@ -26,20 +26,25 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import gc
+import io
 import json
+import math
 import os
-import tempfile
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
+from cudnn_rnn import atomic
 from cudnn_rnn.checkpointable import Checkpointable, Shape
+from cudnn_rnn.core.constants import DIRECTIONS, INPUT_MODES, MODES
 
 __all__ = [
     "FORMAT",
@@ -56,14 +61,31 @@ FORMAT = "cudnn_rnn.canonical"
 FORMAT_VERSION = 1
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that does not fit the objects; ``problems`` lists every mismatch."""
+#: At most this many problems are spelled out in an error message (all stay in ``problems``).
+MAX_LISTED_PROBLEMS = 20
 
-    def __init__(self, path: str, problems: list[str]) -> None:
-        self.problems = problems
-        lines = "\n  ".join(problems)
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or does not fit the objects.
+
+    ``problems`` lists every mismatch a restore found (or the one reason a file cannot be read);
+    the message spells out the first :data:`MAX_LISTED_PROBLEMS` and counts the rest. ``path``
+    is the file (or TF1 prefix) concerned.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], problems: str | Sequence[str]) -> None:
+        self.path = os.fspath(path)
+        if isinstance(problems, str):
+            self.problems = [problems]
+            super().__init__(f"checkpoint {self.path}: {problems}")
+            return
+        self.problems = list(problems)
+        shown = self.problems[:MAX_LISTED_PROBLEMS]
+        more = len(self.problems) - len(shown)
+        lines = "\n  ".join(shown) + (f"\n  ... and {more} more" if more else "")
         super().__init__(
-            f"checkpoint {path}: {len(problems)} problem(s), nothing was restored:\n  {lines}"
+            f"checkpoint {self.path}: {len(self.problems)} problem(s), nothing was restored:"
+            f"\n  {lines}"
         )
 
 
@@ -120,22 +142,8 @@ def save(path: str | os.PathLike[str], objects: Any, *, format: str = "safetenso
         "models": json.dumps([obj.checkpoint_spec() for obj in found], sort_keys=True),
     }
     data = st_save(tensors, metadata=metadata)
-    _atomic_write(Path(path), data)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    # Write beside the target and rename, so a crash never leaves a half-written checkpoint.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_file(path, data)
 
 
 def _save_tf(prefix: str | os.PathLike[str], tensors: dict[str, Tensor]) -> None:
@@ -153,79 +161,428 @@ def is_tf_checkpoint(path: str | os.PathLike[str]) -> bool:
     return text.endswith(".index") or Path(text + ".index").is_file()
 
 
-def _load_tf(path: str | os.PathLike[str], wanted: Iterable[str]) -> dict[str, Tensor]:
-    from cudnn_rnn.formats import tf1_bundle
+# -- reading ------------------------------------------------------------------------------------
 
-    prefix = tf1_bundle.bundle_prefix(str(path))
-    index = tf1_bundle.read_bundle_index(prefix)
-    names = [n for n in wanted if n in index]
-    arrays = tf1_bundle.read_bundle(prefix, names=names)
-    shapes = {n: e.shape for n, e in index.items()}
-    out = {n: torch.from_numpy(a) for n, a in arrays.items()}
-    # Tensors not read still count for the report (their shapes come from the index).
-    return {**{n: torch.empty(shapes[n], device="meta") for n in index if n not in out}, **out}
+#: safetensors dtype codes -> torch dtypes: every code the reader knows (restore takes floats).
+_ST_DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "U16": torch.uint16,
+    "I32": torch.int32,
+    "U32": torch.uint32,
+    "I64": torch.int64,
+    "U64": torch.uint64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+_ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
+#: The dtypes restore accepts: those every checkpointable object casts to its own.
+FLOATING_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_MAX_DIMS = 64
+_MAX_QUOTED = 120  # characters of a name or value quoted in an error message
+
+#: name -> (shape, dtype name): what a file's header or index says, before any data is read.
+Claims = dict[str, tuple[tuple[int, ...], str]]
+
+
+class _Entry(NamedTuple):
+    """One tensor of a safetensors file, checked against the file: its bytes are [begin, end)."""
+
+    begin: int
+    end: int
+    shape: tuple[int, ...]
+    dtype_name: str
+    dtype: torch.dtype
+
+
+# code -> (dtype name, dtype, bytes per element)
+_ST_INFO = {
+    code: (str(_dtype).removeprefix("torch."), _dtype, _dtype.itemsize)
+    for code, _dtype in _ST_DTYPES.items()
+}
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_QUOTED else text[:_MAX_QUOTED] + "..."
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _refuse_special(path: Path) -> None:
+    """Refuse a FIFO, device, socket or directory before anything opens it for reading (a FIFO
+    would block, a device never end). A missing path is left to the reader to report."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    raise CheckpointError(path, f"{kind}, not a regular file; give the path of a checkpoint file.")
+
+
+def open_regular(path: str | os.PathLike[str]) -> io.BufferedReader:
+    """``path`` opened for binary reading; only a regular file is opened (CheckpointError for
+    anything else, FileNotFoundError for nothing)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"checkpoint: no file at {p}.")
+    _refuse_special(p)
+    # Non-blocking, in case the path was swapped for a FIFO since the look above.
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise CheckpointError(p, "not a regular file; give the path of a checkpoint file.")
+    return f
+
+
+def _read_header(f: io.BufferedReader, path: Path) -> tuple[dict[str, _Entry], dict[str, str]]:
+    """The checked tensor entries and metadata of an open safetensors file; no data is read.
+
+    Everything the header claims is checked against the file before it is believed: the header
+    fits in the file, each dtype is known, each shape's bytes equal its byte range, and the
+    ranges tile the data exactly (in bounds, no overlap, no gap), as the safetensors spec says.
+    """
+    size = os.fstat(f.fileno()).st_size
+
+    def bad(reason: str) -> CheckpointError:
+        return CheckpointError(path, f"not a readable safetensors file ({reason}).")
+
+    if size < 8:
+        raise bad(f"{size} bytes, fewer than the 8 of the header length")
+    header_len = int.from_bytes(f.read(8), "little")
+    if header_len > size - 8:
+        raise bad(f"the header length {header_len} exceeds the {size - 8} bytes after it")
+    raw = f.read(header_len)
+    if len(raw) != header_len:
+        raise bad("the file shrank while it was read")
+    with _gc_paused():
+        return _parse_header(raw, 8 + header_len, size, bad)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    # A header of 200k small tensors makes 200k dicts, lists and tuples: the collector would
+    # walk them over and over (3x the parse time), and nothing here makes cycles.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_header(
+    raw: bytes, start: int, size: int, bad: Callable[[str], CheckpointError]
+) -> tuple[dict[str, _Entry], dict[str, str]]:
+    try:
+        header = json.loads(raw)
+    except RecursionError:
+        raise bad("its header nests too deeply") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, too many digits
+        raise bad(f"its header is not JSON: {_first_line(err)}") from None
+    if type(header) is not dict:
+        raise bad("its header is not a JSON object")
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if type(metadata) is not dict or not all(type(v) is str for v in metadata.values()):
+        raise bad("__metadata__ is not an object of strings")
+    return _check_entries(header, start, size, bad), metadata
+
+
+def _check_entries(
+    header: dict[str, Any], start: int, size: int, bad: Callable[[str], CheckpointError]
+) -> dict[str, _Entry]:
+    data_len = size - start
+    entries: dict[str, _Entry] = {}
+    for name, info in header.items():
+        if type(info) is not dict or info.keys() != _ENTRY_KEYS:
+            raise bad(f"tensor {_quote(name)} is not an object of dtype, shape and data_offsets")
+        code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        known = _ST_INFO.get(code) if type(code) is str else None
+        if known is None:
+            raise bad(f"tensor {_quote(name)} has unknown dtype {_quote(code)}")
+        if type(shape) is not list or len(shape) > _MAX_DIMS:
+            raise bad(f"tensor {_quote(name)} has shape {_quote(shape)}, not a list")
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise bad(
+                    f"tensor {_quote(name)} has shape {_quote(shape)}, not a list of at most "
+                    f"{_MAX_DIMS} non-negative integers"
+                )
+        if type(offsets) is not list or len(offsets) != 2:
+            raise bad(f"tensor {_quote(name)} has data_offsets {_quote(offsets)}, not a pair")
+        begin, end = offsets
+        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end <= data_len:
+            raise bad(
+                f"tensor {_quote(name)} has data_offsets {_quote(offsets)}, not [begin, end] "
+                f"within the {data_len} data bytes"
+            )
+        nbytes = math.prod(shape) * known[2]  # Python ints: no overflow
+        if nbytes != end - begin:
+            needs = f"{nbytes} bytes" if nbytes < 10**30 else "more bytes than the file holds"
+            raise bad(
+                f"tensor {_quote(name)} of shape {_quote(shape)} and dtype {code} needs "
+                f"{needs}, but its data_offsets span {end - begin}"
+            )
+        entries[name] = _Entry(start + begin, start + end, tuple(shape), known[0], known[1])
+    position = start
+    for name, entry in sorted(entries.items(), key=_by_offsets):
+        if entry.begin != position:
+            where = "overlaps the tensor before it" if entry.begin < position else "leaves a gap"
+            raise bad(f"tensor {_quote(name)} {where} (data_offsets must tile the data)")
+        position = entry.end
+    if position != size:
+        raise bad(f"its tensors end at byte {position} of {size}; the file is truncated or padded")
+    return entries
+
+
+def _by_offsets(item: tuple[str, _Entry]) -> tuple[int, int]:
+    return item[1].begin, item[1].end
+
+
+def _check_format(path: Path, metadata: Mapping[str, str]) -> None:
+    fmt = metadata.get("format")
+    if fmt is not None and fmt != FORMAT:
+        raise CheckpointError(path, f"format {_quote(fmt)} is not {FORMAT!r}.")
+    version = metadata.get("format_version")
+    if version is None:
+        return
+    # ASCII only: "²".isdigit() is True, and int() refuses it.
+    if not (version.isascii() and version.isdigit() and len(version) <= 18):
+        raise CheckpointError(
+            path, f"format_version {_quote(version)} is not a number; the file is corrupt."
+        )
+    if int(version) > FORMAT_VERSION:
+        raise CheckpointError(
+            path,
+            f"format_version {version!r} is newer than this library's ({FORMAT_VERSION}); "
+            "upgrade cudnn_rnn.",
+        )
+
+
+def _read_tensors(
+    f: io.BufferedReader, path: Path, entries: Mapping[str, _Entry], names: Iterable[str]
+) -> dict[str, Tensor]:
+    """The tensors ``names`` of checked ``entries``, each read into its own buffer."""
+    wanted = list(names)
+    out: dict[str, Tensor] = {}
+    for name in sorted(wanted, key=lambda n: entries[n].begin):  # front to back
+        entry = entries[name]
+        buffer = bytearray(entry.end - entry.begin)
+        f.seek(entry.begin)
+        if f.readinto(buffer) != len(buffer):
+            raise CheckpointError(path, "not a readable safetensors file (it shrank while read).")
+        out[name] = (
+            torch.frombuffer(buffer, dtype=entry.dtype).reshape(entry.shape)
+            if buffer
+            else torch.empty(entry.shape, dtype=entry.dtype)
+        )
+    return {name: out[name] for name in wanted}
 
 
 def load_file(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """The tensors and the metadata block of a checkpoint file, with its format checked."""
+    """The tensors and the metadata block of a safetensors checkpoint, its format checked.
+
+    The whole header is checked against the file (see ``docs/checkpoint_format.md``, "Reading")
+    before any tensor is made; any problem raises :class:`CheckpointError` naming the file.
+    Only regular files are opened.
+    """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"checkpoint: no file at {p}.")
-    data = p.read_bytes()
+    with open_regular(p) as f:
+        entries, metadata = _read_header(f, p)
+        _check_format(p, metadata)
+        return _read_tensors(f, p, entries, entries), metadata
+
+
+def read_claims(path: str | os.PathLike[str]) -> Claims:
+    """Name -> (shape, dtype name) of every tensor of a safetensors file or TF1 checkpoint, from
+    its checked header or index alone (no tensor data is read)."""
+    if is_tf_checkpoint(path):
+        _, index = _tf_index(path)
+        return {n: (e.shape, e.dtype) for n, e in index.items()}
+    p = Path(path)
+    with open_regular(p) as f:
+        entries, metadata = _read_header(f, p)
+    _check_format(p, metadata)
+    return {n: (e.shape, e.dtype_name) for n, e in entries.items()}
+
+
+def _tf_index(path: str | os.PathLike[str]) -> tuple[str, Mapping[str, Any]]:
+    from cudnn_rnn.formats import tf1_bundle
+
+    prefix = tf1_bundle.bundle_prefix(os.fspath(path))
+    _refuse_special(Path(prefix + ".index"))
     try:
-        tensors = st_load(data)
-    except (SafetensorError, ValueError, RuntimeError) as err:
-        raise ValueError(f"checkpoint {p}: not a readable safetensors file ({err}).") from err
-    header_len = int.from_bytes(data[:8], "little")
-    metadata = json.loads(data[8 : 8 + header_len]).get("__metadata__", {}) or {}
-    fmt = metadata.get("format")
-    if fmt is not None and fmt != FORMAT:
-        raise ValueError(f"checkpoint {p}: format {fmt!r} is not {FORMAT!r}.")
-    version = metadata.get("format_version")
-    if version is not None and (not version.isdigit() or int(version) > FORMAT_VERSION):
-        raise ValueError(
-            f"checkpoint {p}: format_version {version!r} is newer than this "
-            f"library's ({FORMAT_VERSION}); upgrade cudnn_rnn."
-        )
-    return tensors, metadata
+        return prefix, tf1_bundle.read_bundle_index(prefix)
+    except tf1_bundle.TF1BundleError as err:
+        raise CheckpointError(path, _first_line(err)) from err
+
+
+def _load_tf(path: str | os.PathLike[str], names: Sequence[str]) -> dict[str, Tensor]:
+    """The tensors ``names`` of a TF1 checkpoint (already checked against its index)."""
+    from cudnn_rnn.formats import tf1_bundle
+
+    prefix = tf1_bundle.bundle_prefix(os.fspath(path))
+    directory, base = os.path.split(prefix)
+    try:
+        shards = [n for n in os.listdir(directory or ".") if n.startswith(base + ".data-")]
+    except OSError:
+        shards = []
+    for shard in shards:  # refuse a FIFO before the reader opens it
+        _refuse_special(Path(directory or ".", shard))
+    try:
+        arrays = tf1_bundle.read_bundle(prefix, names=names)
+    except tf1_bundle.TF1BundleError as err:
+        raise CheckpointError(path, _first_line(err)) from err
+    return {n: torch.from_numpy(a) for n, a in arrays.items()}
+
+
+def _check_claims(
+    path: str | os.PathLike[str], expected: Mapping[str, Shape], claims: Claims, strict: bool
+) -> None:
+    """Every name, shape and dtype of ``claims`` against ``expected``; one error lists all."""
+    problems = [
+        f"missing tensor {_quote(name)} (expected shape {_shape(shape)})"
+        for name, shape in expected.items()
+        if name not in claims
+    ]
+    problems += [
+        f"tensor {_quote(name)} has shape {_shape(claims[name][0])}, expected {_shape(shape)}"
+        for name, shape in expected.items()
+        if name in claims and not _fits(claims[name][0], shape)
+    ]
+    problems += [
+        f"tensor {_quote(name)} has dtype {claims[name][1]}, expected a floating dtype "
+        f"({', '.join(FLOATING_DTYPES)})"
+        for name in expected
+        if name in claims and claims[name][1] not in FLOATING_DTYPES
+    ]
+    if strict:
+        problems += [
+            f"unexpected tensor {_quote(name)} (shape {_shape(shape)})"
+            for name, (shape, _) in claims.items()
+            if name not in expected
+        ]
+    if problems:
+        raise CheckpointError(path, problems)
+
+
+def read_expected(
+    path: str | os.PathLike[str], expected: Mapping[str, Shape], *, strict: bool | None = None
+) -> dict[str, Tensor]:
+    """The tensors named by ``expected`` (name -> shape), read from ``path`` only after its
+    header or index was checked against them: names, shapes, floating dtypes and, with
+    ``strict`` (default: for our files, not for TF1), no other tensors. A file that does not fit
+    raises :class:`CheckpointError` listing every problem, and its data is never read."""
+    tf = is_tf_checkpoint(path)
+    if strict is None:
+        strict = not tf
+    if tf:
+        _, index = _tf_index(path)
+        claims = {n: (e.shape, e.dtype) for n, e in index.items()}
+        _check_claims(path, expected, claims, strict)
+        return _load_tf(path, list(expected))
+    p = Path(path)
+    with open_regular(p) as f:
+        entries, metadata = _read_header(f, p)
+        _check_format(p, metadata)
+        with _gc_paused():
+            claims = {n: (e.shape, e.dtype_name) for n, e in entries.items()}
+            _check_claims(p, expected, claims, strict)
+        return _read_tensors(f, p, entries, expected)
 
 
 def restore(path: str | os.PathLike[str], objects: Any, *, strict: bool | None = None) -> None:
     """Load ``path`` (safetensors file or TF1 prefix) into ``objects`` in place; all-or-nothing.
 
-    Every expected name must be in the file with a matching shape. With ``strict`` the file may
-    hold no other tensors; the default is strict for our files and not for TF1 checkpoints, whose
-    saver also stores the opaque kernel, ``global_step`` and optimizer slots. Values are cast to
-    each object's dtype.
+    Every expected name must be in the file with a matching shape and a floating dtype. With
+    ``strict`` the file may hold no other tensors; the default is strict for our files and not
+    for TF1 checkpoints, whose saver also stores the opaque kernel, ``global_step`` and optimizer
+    slots. Values are cast to each object's dtype. Every object is checked before any is
+    written, and one :class:`CheckpointError` lists every problem; if an object still refuses
+    its tensors while loading, the objects loaded before it are put back as they were.
     """
     found = checkpointables(objects)
     expected: dict[str, Shape] = {}
     for obj in found:
         expected.update(obj.checkpoint_shapes())
-    tf = is_tf_checkpoint(path)
-    tensors = _load_tf(path, expected) if tf else load_file(path)[0]
-    if strict is None:
-        strict = not tf
-    problems = [
-        f"missing tensor {name!r} (expected shape {_shape(shape)})"
-        for name, shape in expected.items()
-        if name not in tensors
-    ]
-    problems += [
-        f"tensor {name!r} has shape {_shape(tuple(tensors[name].shape))}, expected {_shape(shape)}"
-        for name, shape in expected.items()
-        if name in tensors and not _fits(tuple(tensors[name].shape), shape)
-    ]
-    if strict:
-        problems += [
-            f"unexpected tensor {name!r} (shape {_shape(tuple(t.shape))})"
-            for name, t in tensors.items()
-            if name not in expected
-        ]
-    if problems:
-        raise CheckpointError(str(path), problems)
-    for obj in found:
-        obj.checkpoint_load({name: tensors[name] for name in obj.checkpoint_shapes()})
+    load_into(path, found, read_expected(path, expected, strict=strict))
+
+
+def load_into(
+    path: str | os.PathLike[str], objects: Sequence[Checkpointable], tensors: Mapping[str, Tensor]
+) -> None:
+    """Load checked ``tensors`` into every object, all or nothing (see :func:`restore`)."""
+    plans = [(obj, obj.checkpoint_shapes()) for obj in objects]
+    # An object with a dimension the file decides (an unbuilt cell) is built by its load, which
+    # cannot be undone: try it on a copy first, and load it last.
+    open_ended = [any(None in shape for shape in shapes.values()) for _, shapes in plans]
+    for (obj, shapes), trial in zip(plans, open_ended):
+        if trial:
+            try:
+                replica = copy.deepcopy(obj)
+            except Exception:  # not copyable: its own load still checks before it builds
+                continue
+            _load_one(path, replica, shapes, tensors, [])
+    order = [p for p, t in zip(plans, open_ended) if not t]
+    order += [p for p, t in zip(plans, open_ended) if t]
+    # Each object's own load is all-or-nothing; those loaded before the last are snapshotted
+    # (before anything is written), so that a later refusal puts them back.
+    snapshots = [_snapshot(obj) for obj, _ in order[:-1]]
+    for i, (obj, shapes) in enumerate(order):
+        _load_one(path, obj, shapes, tensors, snapshots[:i])
+
+
+def _load_one(
+    path: str | os.PathLike[str],
+    obj: Checkpointable,
+    names: Iterable[str],
+    tensors: Mapping[str, Tensor],
+    snapshots: Sequence[list[tuple[Tensor, Tensor]]],
+) -> None:
+    try:
+        obj.checkpoint_load({name: tensors[name] for name in names})
+    except Exception as err:
+        with torch.no_grad():
+            for snapshot in snapshots:
+                for tensor, old in snapshot:
+                    tensor.copy_(old)
+        raise CheckpointError(
+            path, [f"{type(obj).__name__} refused the tensors: {_first_line(err)}"]
+        ) from err
+
+
+def _snapshot(obj: Checkpointable) -> list[tuple[Tensor, Tensor]]:
+    """(tensor, copy) of everything a load may write in ``obj``."""
+    held: list[Tensor]
+    if isinstance(obj, nn.Module):
+        held = list(obj.parameters())
+    else:
+        opaque = getattr(obj, "opaque_params", None)
+        held = [opaque] if isinstance(opaque, Tensor) else []
+    with torch.no_grad():
+        return [(t, t.detach().clone()) for t in held]
 
 
 def _fits(got: tuple[int, ...], want: Shape) -> bool:
@@ -236,8 +593,70 @@ def _shape(shape: Shape) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+# -- the models of the metadata -----------------------------------------------------------------
+
+_STACK_KINDS = {"multi_rnn_cell": ("cells",), "stack_bidirectional_rnn": ("cells_fw", "cells_bw")}
+_MODEL_KINDS = (None, "layer", "cudnn_saveable")
+
+
 def describe(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The model descriptions stored in a checkpoint's metadata (``[]`` if it has none)."""
-    _, metadata = load_file(path)
-    models: list[dict[str, Any]] = json.loads(metadata.get("models", "[]"))
+    """The model descriptions stored in a checkpoint's metadata (``[]`` if it has none).
+
+    Only the header is read. ``models`` must be a JSON list of objects of the kinds ``save``
+    writes, with their keys and types; anything else raises :class:`CheckpointError`.
+    """
+    p = Path(path)
+    with open_regular(p) as f:
+        _, metadata = _read_header(f, p)
+    _check_format(p, metadata)
+    text = metadata.get("models")
+    if text is None:
+        return []
+
+    def bad(reason: str) -> CheckpointError:
+        return CheckpointError(
+            p, f"metadata 'models' {reason}; the file is corrupt or was not written by cudnn_rnn."
+        )
+
+    try:
+        models = json.loads(text)
+    except RecursionError:
+        raise bad("nests too deeply") from None
+    except ValueError as err:
+        raise bad(f"is not JSON ({_first_line(err)})") from None
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        raise bad("is not a JSON list of objects")
+    for i, model in enumerate(models):
+        problem = _model_problem(model)
+        if problem is not None:
+            raise bad(f"entry {i}: {problem}")
     return models
+
+
+def _model_problem(model: dict[str, Any]) -> str | None:
+    """What is wrong with one entry of ``models``, or None."""
+    kind = model.get("kind")
+    scope = model.get("scope")
+    if scope is not None and not isinstance(scope, str):
+        return f"scope must be a string or null, got {_quote(scope)}"
+    if kind in _STACK_KINDS:
+        for key in _STACK_KINDS[kind]:
+            cells = model.get(key)
+            if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+                return f"{key} must be a list of objects, got {_quote(cells)}"
+        return None
+    if kind not in _MODEL_KINDS:
+        return f"unknown kind {_quote(kind)}"
+    choices = (("rnn_mode", MODES), ("direction", DIRECTIONS))
+    for key, allowed in choices:
+        if model.get(key) not in allowed:
+            return f"{key} must be one of {', '.join(allowed)}, got {_quote(model.get(key))}"
+    if model.get("input_mode", INPUT_MODES[0]) not in INPUT_MODES:
+        return f"input_mode must be one of {', '.join(INPUT_MODES)}"
+    for key in ("num_layers", "num_units", "input_size", "num_proj"):
+        value = model.get(key)
+        if key == "num_proj" and value is None:
+            continue
+        if type(value) is not int or value < 1:
+            return f"{key} must be an integer >= 1, got {_quote(value)}"
+    return None

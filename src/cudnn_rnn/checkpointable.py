@@ -6,8 +6,12 @@ names ``tf.contrib.cudnn_rnn``'s saveables write, e.g.
 expects on restore, and load a complete, already checked set of them in place.
 
 The checkpoint module first gathers ``checkpoint_shapes()`` of every object, compares them with the
-file, reports every missing, unexpected or misshapen tensor in one error, and only then calls
-``checkpoint_load`` on each object: a failed restore changes nothing.
+file's header (names, shapes, floating dtypes), reports every missing, unexpected, misshapen or
+non-floating tensor in one error, reads the tensors, and only then calls ``checkpoint_load`` on
+each object. ``checkpoint_load`` must itself be all-or-nothing (check and convert everything, then
+write); should one object still refuse its tensors, the objects loaded before it are put back from
+a snapshot of their parameters (``nn.Module``) or ``opaque_params``, so a failed restore changes
+nothing.
 """
 
 from __future__ import annotations

@@ -18,14 +18,22 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cudnn_rnn import checkpoint, convert, demo
+from cudnn_rnn import atomic, checkpoint, convert, demo
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
+from cudnn_rnn.saveable import (
+    CudnnGRUSaveable,
+    CudnnLSTMSaveable,
+    CudnnOpaqueParamsSaveable,
+    CudnnRNNReluSaveable,
+    CudnnRNNTanhSaveable,
+)
 
 _NAME = re.compile(
     r"^(?:(?P<scope>.+)/)?(?P<stack>rnn/multi_rnn_cell|stack_bidirectional_rnn)/cell_(?P<layer>\d+)/"
@@ -38,6 +46,12 @@ _CELL_MODES = {
     "basic_rnn_cell": "rnn_tanh",
 }
 _TORCH_SUFFIXES = (".pt", ".pth")
+_SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
+    "lstm": CudnnLSTMSaveable,
+    "gru": CudnnGRUSaveable,
+    "rnn_tanh": CudnnRNNTanhSaveable,
+    "rnn_relu": CudnnRNNReluSaveable,
+}
 
 
 class UsageError(Exception):
@@ -48,43 +62,75 @@ def detect_models(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, Any]]:
     """Model configurations implied by TF canonical names and shapes (one per scope and stack).
 
     ``basic_rnn_cell`` does not record tanh or relu; such models are reported as ``rnn_tanh``
-    with ``"activation_known": False``.
+    with ``"activation_known": False``. Groups of names that do not describe a model (a missing
+    layer-0 tensor, a shape of the wrong rank) are left out; :func:`detect_models_and_skipped`
+    also says why.
     """
-    groups: dict[tuple[str, str, str], dict[str, tuple[int, ...]]] = {}
+    return detect_models_and_skipped(shapes)[0]
+
+
+def detect_models_and_skipped(
+    shapes: dict[str, tuple[int, ...]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """:func:`detect_models`, plus one line per group of names it could not interpret."""
+    groups: dict[tuple[str, str, str], list[tuple[re.Match[str], tuple[int, ...]]]] = {}
     for name, shape in shapes.items():
         m = _NAME.match(name)
         if m is None:
             continue
-        key = (m["scope"] or "", m["stack"], m["cell"])
-        groups.setdefault(key, {})[name] = shape
-    models = []
+        groups.setdefault((m["scope"] or "", m["stack"], m["cell"]), []).append((m, shape))
+    models, skipped = [], []
     for (scope, stack, cell), members in sorted(groups.items()):
-        parsed = [(_NAME.match(n), s) for n, s in members.items()]
-        first = {m["var"]: s for m, s in parsed if m and m["layer"] == "0" and m["dir"] != "bw"}
-        mode = _CELL_MODES[cell]
-        if mode == "gru":
-            units = first["candidate/input_projection/bias"][0]
-            input_size = first["candidate/input_projection/kernel"][0]
-            proj = None
-        else:
-            units = first["bias"][0] // (4 if mode == "lstm" else 1)
-            proj = first["projection/kernel"][1] if "projection/kernel" in first else None
-            input_size = first["kernel"][0] - (proj or units)
-        models.append(
-            {
-                "rnn_mode": mode,
-                "scope": scope or None,
-                "num_layers": 1 + max(int(m["layer"]) for m, _ in parsed if m),
-                "num_units": units,
-                "input_size": input_size,
-                "num_proj": proj,
-                "direction": "bidirectional"
-                if stack == "stack_bidirectional_rnn"
-                else "unidirectional",
-                **({"activation_known": False} if cell == "basic_rnn_cell" else {}),
-            }
+        try:
+            models.append(_interpret(scope, stack, cell, members))
+        except _Uninterpretable as why:
+            where = f"{scope}/{stack}" if scope else stack
+            skipped.append(f"{where} ({cell}): {why}")
+    return models, skipped
+
+
+class _Uninterpretable(Exception):
+    """A group of canonical names that does not describe a model."""
+
+
+def _interpret(
+    scope: str, stack: str, cell: str, members: list[tuple[re.Match[str], tuple[int, ...]]]
+) -> dict[str, Any]:
+    if any(len(m["layer"]) > 6 for m, _ in members):
+        raise _Uninterpretable("a layer number above 999999")
+    first = {m["var"]: s for m, s in members if m["layer"] == "0" and m["dir"] != "bw"}
+
+    def dim(var: str, rank: int, axis: int) -> int:
+        shape = first.get(var)
+        if shape is None:
+            raise _Uninterpretable(f"no layer-0 {var}")
+        if len(shape) != rank:
+            raise _Uninterpretable(f"layer-0 {var} has shape {list(shape)}, expected rank {rank}")
+        return shape[axis]
+
+    mode = _CELL_MODES[cell]
+    if mode == "gru":
+        units = dim("candidate/input_projection/bias", 1, 0)
+        input_size = dim("candidate/input_projection/kernel", 2, 0)
+        proj = None
+    else:
+        units = dim("bias", 1, 0) // (4 if mode == "lstm" else 1)
+        proj = dim("projection/kernel", 2, 1) if "projection/kernel" in first else None
+        input_size = dim("kernel", 2, 0) - (proj or units)
+    if units < 1 or input_size < 1:
+        raise _Uninterpretable(
+            f"the layer-0 shapes imply {units} units and input size {input_size}"
         )
-    return models
+    return {
+        "rnn_mode": mode,
+        "scope": scope or None,
+        "num_layers": 1 + max(int(m["layer"]) for m, _ in members),
+        "num_units": units,
+        "input_size": input_size,
+        "num_proj": proj,
+        "direction": "bidirectional" if stack == "stack_bidirectional_rnn" else "unidirectional",
+        **({"activation_known": False} if cell == "basic_rnn_cell" else {}),
+    }
 
 
 def _kind(path: str) -> str:
@@ -99,44 +145,75 @@ def _kind(path: str) -> str:
 
 
 def _tensor_shapes(path: str, kind: str) -> dict[str, tuple[tuple[int, ...], str]]:
-    if kind == "tf":
-        from cudnn_rnn.formats import tf1_bundle
-
-        return {n: (e.shape, e.dtype) for n, e in tf1_bundle.read_bundle_index(path).items()}
-    if kind == "safetensors":
-        tensors, _ = checkpoint.load_file(path)
-    elif kind == "torch":
+    if kind in ("tf", "safetensors"):
+        # From the checked header or index alone: listing a file reads none of its data.
+        return checkpoint.read_claims(path)
+    if kind == "torch":
         tensors = _torch_state(path)
     else:
-        import onnx
+        from cudnn_rnn.formats.onnx import OnnxFormatError, load_model
+        from cudnn_rnn.formats.onnx_graph import import_onnx
 
-        model = onnx.load(path)
-        from onnx import numpy_helper
-
-        tensors = {
-            i.name: torch.from_numpy(numpy_helper.to_array(i).copy())
-            for i in model.graph.initializer
-        }
+        # The checked loader; shapes and dtypes come from the headers, no weight is decoded.
+        model = load_model(path)
+        numpy_dtype = import_onnx().helper.tensor_dtype_to_np_dtype
+        try:
+            return {
+                i.name: (tuple(int(d) for d in i.dims), numpy_dtype(i.data_type).name)
+                for i in model.graph.initializer
+            }
+        except KeyError as err:
+            raise OnnxFormatError(f"{path}: an initializer has no known dtype: {err}") from err
     return {n: (tuple(t.shape), str(t.dtype).replace("torch.", "")) for n, t in tensors.items()}
 
 
 def _torch_state(path: str) -> dict[str, torch.Tensor]:
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UsageError(f"{path}: not a torch state_dict (a dict of tensors).")
+    import pickle
+
+    with checkpoint.open_regular(path) as f, warnings.catch_warnings():  # never a FIFO
+        # A corrupt file can make torch's unpickler warn on its way to refusing it; the CLI's
+        # answer is the one line below, not the warning.
+        warnings.simplefilter("ignore")
+        try:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise UsageError(
+                f"{path}: torch.load(weights_only=True) refuses it: it holds objects other than "
+                "tensors; save a plain torch.save(module.state_dict(), path)."
+            ) from err
+        except Exception as err:  # a truncated or corrupt file fails in many ways
+            raise UsageError(
+                f"{path}: not a readable torch file ({type(err).__name__}: "
+                f"{_clip(_first_line(err))}); save it with torch.save(module.state_dict(), path)."
+            ) from err
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise UsageError(f"{path}: not a torch state_dict (a dict of names to tensors).")
     return state
 
 
+#: The floating dtypes a model's tensors may have (what every converter casts from).
+_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_TORCH_KEY = re.compile(
+    r"^(?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d{1,9})(?:_reverse)?$"
+)
+_GATES_MODE = {4: "lstm", 3: "gru", 1: "rnn_tanh"}
+
+
 def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
-    """One model from any supported file, as our layer."""
+    """One model from any supported file, as our layer.
+
+    Nothing is built before the file's tensors were checked against the model it describes
+    (names, shapes, dtypes, and their bytes inside the file).
+    """
     kind = _kind(path)
     if kind == "onnx":
         return convert.from_onnx(path)  # type: ignore[no-any-return]
     if kind == "torch":
         return convert.from_torch(_torch_module(_torch_state(path), path, activation))  # type: ignore[no-any-return]
-    models = (checkpoint.describe(path) if kind == "safetensors" else []) or detect_models(
-        {n: s for n, (s, _) in _tensor_shapes(path, kind).items()}
-    )
+    claims = checkpoint.read_claims(path)
+    models = _models(path, kind, claims)
     if len(models) != 1:
         raise UsageError(f"{path}: holds {len(models)} models; convert needs exactly one.")
     config = models[0]
@@ -148,6 +225,9 @@ def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
                 "--activation tanh or --activation relu."
             )
         mode = f"rnn_{activation}"
+    expected = _expected_shapes(path, mode, config, len(claims))
+    # Checked against the header or index, then read: the data file must hold every byte.
+    tensors = checkpoint.read_expected(path, expected, strict=kind == "safetensors")
     kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
     layer = LAYER_CLASSES[mode](
         config["num_layers"],
@@ -157,30 +237,147 @@ def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
         scope=config.get("scope"),
         **kwargs,
     )
-    checkpoint.restore(path, layer)
+    checkpoint.load_into(path, [layer], tensors)
     return layer
+
+
+def _models(path: str, kind: str, claims: checkpoint.Claims) -> list[dict[str, Any]]:
+    """The models a checkpoint describes: our metadata's layers, else what the names imply."""
+    if kind == "safetensors":
+        described = checkpoint.describe(path)
+        # Cell stacks describe cells, not one fused model: their names say what it is.
+        if described and all("rnn_mode" in m for m in described):
+            return described
+    return detect_models({n: s for n, (s, _) in claims.items()})
+
+
+def _expected_shapes(
+    path: str, mode: str, config: dict[str, Any], count: int
+) -> dict[str, tuple[int | None, ...]]:
+    """The canonical names and shapes of ``config``'s model, computed without building it."""
+    from cudnn_rnn.core.layout import layout_of
+    from cudnn_rnn.core.spec import RNNSpec
+
+    dirs = 2 if config["direction"] == "bidirectional" else 1
+    # Every layer-direction has at least two tensors: a bigger claim cannot fit this file, and
+    # is refused before its (possibly huge) table is computed.
+    if config["num_layers"] * dirs * 2 > count:
+        raise UsageError(
+            f"{path}: describes {config['num_layers']} layer(s) in {dirs} direction(s) but "
+            f"holds only {count} tensor(s); the file is inconsistent."
+        )
+    proj = config.get("num_proj") or None
+    try:
+        spec = RNNSpec(
+            mode,
+            config["num_layers"],
+            config["num_units"],
+            config["input_size"],
+            direction=config["direction"],
+            num_proj=proj,
+            owner="cudnn-rnn",
+        )
+        # A meta tensor has a size and no storage: the saveable names the tensors, allocating
+        # nothing.
+        opaque = torch.empty(layout_of(spec).size, device="meta")
+        saveable = _SAVEABLES[mode](
+            opaque,
+            spec.num_layers,
+            spec.num_units,
+            spec.input_size,
+            direction=spec.direction,
+            scope=config.get("scope"),
+            num_proj=proj,
+        )
+    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+        raise UsageError(
+            f"{path}: the model it describes is not valid ({_clip(_first_line(err))})."
+        ) from err
+    return saveable.checkpoint_shapes()
 
 
 def _torch_module(
     state: dict[str, torch.Tensor], path: str, activation: str | None
 ) -> torch.nn.RNNBase:
-    try:
-        w_ih, w_hh = state["weight_ih_l0"], state["weight_hh_l0"]
-    except KeyError as err:
+    """The torch.nn module of ``state``, built only after every key, shape and dtype of
+    ``state`` was checked against the module its layer-0 tensors imply."""
+    from cudnn_rnn.core.spec import RNNSpec
+    from cudnn_rnn.formats.torch_nn import torch_state_shapes
+
+    w_ih, w_hh = state.get("weight_ih_l0"), state.get("weight_hh_l0")
+    if w_ih is None or w_hh is None:
         raise UsageError(
             f"{path}: no weight_ih_l0/weight_hh_l0; expected the state_dict of a "
             "torch.nn.LSTM, GRU or RNN."
-        ) from err
-    layers = 1 + max(int(k.split("_l")[1].split("_")[0]) for k in state if "_l" in k)
-    proj = state["weight_hr_l0"].shape[0] if "weight_hr_l0" in state else 0
-    units = state["weight_hr_l0"].shape[1] if proj else w_hh.shape[1]
-    gates = w_ih.shape[0] // units
+        )
+    odd = [
+        f"{k} ({str(v.dtype).removeprefix('torch.')})"
+        for k, v in state.items()
+        if v.dtype not in _FLOATING
+    ]
+    if odd:
+        raise UsageError(
+            f"{path}: tensors must be float16, bfloat16, float32 or float64, got {_listed(odd)}."
+        )
+    w_hr = state.get("weight_hr_l0")
+    if w_ih.dim() != 2 or w_hh.dim() != 2 or (w_hr is not None and w_hr.dim() != 2):
+        raise UsageError(
+            f"{path}: weight_ih_l0, weight_hh_l0 (and weight_hr_l0) must be matrices, got "
+            f"shapes {list(w_ih.shape)}, {list(w_hh.shape)}"
+            f"{'' if w_hr is None else f', {list(w_hr.shape)}'}."
+        )
+    proj = w_hr.shape[0] if w_hr is not None else 0
+    units = w_hr.shape[1] if w_hr is not None else w_hh.shape[1]
+    gates = w_ih.shape[0] // units if units else 0
+    if gates not in _GATES_MODE or w_ih.shape[0] != gates * units:
+        raise UsageError(
+            f"{path}: weight_ih_l0 {list(w_ih.shape)} is not 4, 3 or 1 gates of "
+            f"{units} units; expected the state_dict of a torch.nn.LSTM, GRU or RNN."
+        )
+    indices = [m and int(m[1]) for m in map(_TORCH_KEY.match, state)]
+    layers = 1 + max((i for i in indices if i is not None), default=0)
+    bidirectional = "weight_ih_l0_reverse" in state
+    bias = "bias_ih_l0" in state
+    # Each layer-direction has at least two tensors: refuse a claim of more layers than the
+    # file can hold before naming them all.
+    if layers * (2 if bidirectional else 1) * 2 > len(state):
+        raise UsageError(
+            f"{path}: a key names layer {layers - 1}, but the state_dict holds only "
+            f"{len(state)} tensors; it is not the state_dict of one torch.nn module."
+        )
+    try:
+        spec = RNNSpec(
+            _GATES_MODE[gates],
+            layers,
+            units,
+            w_ih.shape[1],
+            direction="bidirectional" if bidirectional else "unidirectional",
+            num_proj=proj or None,
+            owner="cudnn-rnn",
+        )
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: {_clip(_first_line(err))}") from err
+    expected = torch_state_shapes(spec, bias=bias)
+    problems = [f"missing {k}" for k in expected if k not in state]
+    problems += [f"unexpected {k}" for k in state if k not in expected]
+    problems += [
+        f"{k} has shape {list(state[k].shape)}, expected {list(shape)}"
+        for k, shape in expected.items()
+        if k in state and tuple(state[k].shape) != shape
+    ]
+    if problems:
+        raise UsageError(
+            f"{path}: not the state_dict of the torch.nn module its weight_ih_l0 implies "
+            f"({_GATES_MODE[gates]}, {layers} layer(s), {units} units): {_listed(problems)}."
+        )
+    if proj and proj >= units:
+        raise UsageError(f"{path}: weight_hr_l0 has proj_size {proj} >= hidden_size {units}.")
     common = dict(
         input_size=w_ih.shape[1],
         hidden_size=units,
         num_layers=layers,
-        bias="bias_ih_l0" in state,
-        bidirectional="weight_ih_l0_reverse" in state,
+        bias=bias,
+        bidirectional=bidirectional,
         dtype=w_ih.dtype,
     )
     if gates == 4:
@@ -198,6 +395,20 @@ def _torch_module(
     return module
 
 
+def _listed(items: list[str], limit: int = 3) -> str:
+    more = len(items) - limit
+    return ", ".join(_clip(i) for i in items[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0].strip() if lines else type(err).__name__
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def save_layer(layer: _CudnnRNN, dst: str) -> str:
     """Write ``layer`` to ``dst`` in the format its extension names; returns that format."""
     suffix = Path(dst).suffix
@@ -208,7 +419,8 @@ def save_layer(layer: _CudnnRNN, dst: str) -> str:
         convert.to_onnx(layer, dst)
         return "onnx"
     if suffix in _TORCH_SUFFIXES:
-        torch.save(convert.to_torch(layer).state_dict(), dst)
+        state = convert.to_torch(layer).state_dict()
+        atomic.write_file(dst, lambda f: torch.save(state, f))
         return "torch state_dict"
     checkpoint.save(dst, layer, format="tf")
     return "TF1 checkpoint"
@@ -225,12 +437,17 @@ def _inspect(args: argparse.Namespace) -> None:
         layer = load_layer(args.path, args.activation)
         models = [{"rnn_mode": layer.rnn_mode, **layer.get_config()}]
     else:
-        models = (checkpoint.describe(args.path) if kind == "safetensors" else []) or detect_models(
-            {n: s for n, (s, _) in shapes.items()}
-        )
+        models = checkpoint.describe(args.path) if kind == "safetensors" else []
+        skipped: list[str] = []
+        if not models:
+            models, skipped = detect_models_and_skipped({n: s for n, (s, _) in shapes.items()})
     print(f"detected {len(models)} model(s):")
     for model in models:
         print("  " + ", ".join(f"{k}={v}" for k, v in model.items()))
+    if kind not in ("onnx", "torch") and skipped:
+        print(f"names not understood as a model ({len(skipped)}):")
+        for line in skipped[:20]:
+            print(f"  {line}")
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -324,18 +541,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bench(args)
     path = getattr(args, "path", None) or args.src
     if not (Path(path).exists() or Path(path + ".index").exists()):
-        print(
-            f"cudnn-rnn: error: {path}: no such file (a TF1 checkpoint is named by its "
-            "prefix, without .index).",
-            file=sys.stderr,
+        return _fail(
+            f"{path}: no such file (a TF1 checkpoint is named by its prefix, without .index)."
         )
-        return 2
+    if Path(path).exists() and not Path(path).is_file() and not Path(path + ".index").is_file():
+        # A FIFO would block the reader and a device never end: refused before any open.
+        return _fail(
+            f"{path}: not a regular file; give a checkpoint or model file, or a TF1 prefix."
+        )
     try:
         {"inspect": _inspect, "convert": _convert}[args.command](args)
     except (UsageError, ValueError, TypeError, ImportError, OSError) as err:
-        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+        return _fail(_one_line(err), path)
+    except Exception as err:  # MemoryError, RecursionError, a bug: still one line and exit 2
+        return _fail(
+            f"{path}: failed with {type(err).__name__} ({_clip(_first_line(err))}); the file is "
+            "corrupt or hostile, or this is a bug in cudnn-rnn: please report it.",
+            path,
+        )
     return 0
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message as one line (a CheckpointError's problem list joined)."""
+    parts = [part.strip() for part in str(err).splitlines() if part.strip()]
+    return _clip(" ".join([*parts[:1], "; ".join(parts[1:])] if parts[1:] else parts), 400)
+
+
+def _fail(message: str, path: str | None = None) -> int:
+    """Print ``message`` as the one error line (naming ``path``) and return exit code 2."""
+    message = message or "failed"
+    if path is not None and path not in message:
+        message = f"{path}: {message}"
+    print(f"cudnn-rnn: error: {message}".replace("\n", " "), file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -81,6 +81,7 @@ __all__ = [
     "layer_from_canonical",
     "stack_gates",
     "to_torch",
+    "torch_state_shapes",
     "unstack_gates",
 ]
 
@@ -116,6 +117,27 @@ TORCH_NAMES: dict[str, str] = {
 def _torch_name(key: BlockKey) -> str:
     layer, direction, kind = key
     return f"{TORCH_NAMES[kind]}_l{layer}{'_reverse' if direction else ''}"
+
+
+def torch_state_shapes(spec: RNNSpec, *, bias: bool = True) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every parameter of the ``torch.nn`` module computing ``spec`` (without
+    ``bias_*`` for ``bias=False``), from the layout table's stacked blocks; nothing is built.
+
+    >>> spec = RNNSpec("lstm", 1, 4, 3, num_proj=2)
+    >>> torch_state_shapes(spec)  # doctest: +NORMALIZE_WHITESPACE
+    {'weight_ih_l0': (16, 3), 'weight_hh_l0': (16, 2), 'bias_ih_l0': (16,), 'bias_hh_l0': (16,),
+     'weight_hr_l0': (2, 4)}
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for p, fused in enumerate(layout_of(spec).fused):
+        layer, direction = divmod(p, spec.num_dirs)
+        blocks = [(INPUT, fused.w_ih), (RECURRENT, fused.w_hh)]
+        blocks += [(INPUT_BIAS, fused.b_ih), (RECURRENT_BIAS, fused.b_hh)] if bias else []
+        blocks += [(PROJECTION, fused.w_hr)]
+        for kind, block in blocks:
+            if block is not None:
+                shapes[_torch_name((layer, direction, kind))] = block.shape
+    return shapes
 
 
 # -- the converters ------------------------------------------------------------------------------

@@ -1,0 +1,306 @@
+"""The cudnn-rnn command on hostile and broken files: whatever the input, exit code 2 and one
+stderr line naming the file, and nothing built or allocated from sizes the file claims before
+they were checked against its tensors."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from cudnn_rnn import checkpoint, cli
+from cudnn_rnn.cli import main
+from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn.layers import CudnnLSTM
+
+_LSTM = "rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell"
+
+
+def _assert_one_line(err: str, path: Path) -> None:
+    assert err.startswith("cudnn-rnn: error: "), err
+    assert err.count("\n") == 1, err
+    assert str(path) in err, err
+
+
+def _cli(args: list[str], *, address_space: int | None = None, timeout: float = 90) -> str:
+    """Run the command in a fresh interpreter (optionally with a cap on its memory); a run that
+    does not end within ``timeout`` fails the test instead of hanging it. Returns stderr."""
+    limit = (
+        f"resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))\n"
+        if address_space
+        else ""
+    )
+    script = f"import resource, sys\n{limit}from cudnn_rnn.cli import main\nsys.exit(main())\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    return result.stderr
+
+
+def _lstm_state() -> dict[str, torch.Tensor]:
+    return dict(torch.nn.LSTM(3, 2).state_dict())
+
+
+# -- finding 4: claims checked before anything is built -----------------------------------------
+
+
+def test_pt_with_a_far_layer_key_is_refused_quickly(tmp_path: Path) -> None:
+    state = _lstm_state()
+    state["bias_ih_l99999999"] = torch.zeros(8)
+    src = tmp_path / "far.pt"
+    torch.save(state, src)
+    start = time.perf_counter()
+    err = _cli(["convert", str(src), str(tmp_path / "out.safetensors")], timeout=60)
+    assert time.perf_counter() - start < 60
+    _assert_one_line(err, src)
+    assert "names layer 99999999" in err
+
+
+def test_pt_keys_must_be_exactly_those_of_the_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = _lstm_state()
+    state["weight_hh_l0_reverse"] = torch.zeros(8, 2)
+    state["weight_ih_l0"] = torch.zeros(8, 5)
+    src = tmp_path / "odd.pt"
+    torch.save(state, src)
+    assert main(["convert", str(src), str(tmp_path / "out.safetensors")]) == 2
+    err = capsys.readouterr().err
+    _assert_one_line(err, src)
+    assert "unexpected weight_hh_l0_reverse" in err
+
+
+def _claiming_safetensors(path: Path) -> Path:
+    """A 2 KB file whose metadata says LSTM 12000 x 12000 (4.6 GB of weights)."""
+    layer = CudnnLSTM(1, 2, input_size=2)
+    model = {**layer.checkpoint_spec(), "num_units": 12000, "input_size": 12000}
+    tensors = {k: v.detach().contiguous() for k, v in layer.checkpoint_entries().items()}
+    save_file(
+        tensors,
+        path,
+        metadata={
+            "format": checkpoint.FORMAT,
+            "format_version": "1",
+            "models": json.dumps([model]),
+        },
+    )
+    return path
+
+
+def test_safetensors_claiming_a_huge_lstm_allocates_nothing(tmp_path: Path) -> None:
+    src = _claiming_safetensors(tmp_path / "claims.safetensors")
+    assert src.stat().st_size < 4096
+    err = _cli(["convert", str(src), str(tmp_path / "out.pt")], address_space=2 << 30)
+    _assert_one_line(err, src)
+    assert "has shape [4, 8], expected [24000, 48000]" in err
+
+
+def _index_only(prefix: Path, shapes: dict[str, tuple[int, ...]], data: bytes | None) -> Path:
+    """A TF1 index claiming float32 tensors of ``shapes`` (and a data file of ``data``)."""
+    # The index is built with the reader module's own encoders, so the claim is well-formed.
+    entries: list[tuple[bytes, bytes]] = [(b"", tf1_bundle._HEADER)]
+    offset = 0
+    for name, shape in sorted(shapes.items()):
+        size = int(np.prod(shape)) * 4
+        entries.append((name.encode(), tf1_bundle._encode_entry(1, shape, offset, size, 0)))
+        offset += size
+    table = tf1_bundle._build_table(entries, tf1_bundle._BLOCK_SIZE, tf1_bundle._RESTART_INTERVAL)
+    Path(f"{prefix}.index").write_bytes(table)
+    if data is not None:
+        Path(f"{prefix}.data-00000-of-00001").write_bytes(data)
+    return prefix
+
+
+@pytest.mark.parametrize("data", [None, bytes(64)], ids=["index-only", "short-data"])
+def test_tf1_index_claiming_huge_shapes_builds_nothing(tmp_path: Path, data: bytes | None) -> None:
+    shapes = {f"{_LSTM}/kernel": (24000, 48000), f"{_LSTM}/bias": (48000,)}
+    prefix = _index_only(tmp_path / "model.ckpt", shapes, data)
+    err = _cli(["convert", str(prefix), str(tmp_path / "out.pt")], address_space=2 << 30)
+    _assert_one_line(err, prefix)
+
+
+# -- finding 6: exit 2 and one line, whatever the file ------------------------------------------
+
+
+def _pickle_refused(path: Path) -> Path:
+    torch.save({"weight_ih_l0": torch.zeros(8, 3), "when": datetime.date(2020, 1, 1)}, path)
+    return path
+
+
+def _truncated_pt(path: Path) -> Path:
+    torch.save(_lstm_state(), path)
+    path.write_bytes(path.read_bytes()[:300])
+    return path
+
+
+def _vector_weight_hh(path: Path) -> Path:
+    state = _lstm_state()
+    state["weight_hh_l0"] = torch.zeros(8)
+    torch.save(state, path)
+    return path
+
+
+def _integer_tensors(path: Path) -> Path:
+    torch.save({k: torch.ones(v.shape, dtype=torch.int64) for k, v in _lstm_state().items()}, path)
+    return path
+
+
+def _models_metadata(models: str) -> Callable[[Path], Path]:
+    def make(path: Path) -> Path:
+        layer = CudnnLSTM(1, 2, input_size=2)
+        tensors = {k: v.detach().contiguous() for k, v in layer.checkpoint_entries().items()}
+        save_file(tensors, path, metadata={"format": checkpoint.FORMAT, "models": models})
+        return path
+
+    return make
+
+
+def _unexpected_tf1_names(path: Path) -> Path:
+    tf1_bundle.write_bundle(
+        path, {f"{_LSTM}/weird": np.zeros((2, 2), np.float32), "global_step": np.int64(3)}
+    )
+    return path
+
+
+def _corrupt_onnx(path: Path) -> Path:
+    path.write_bytes(b"\x08\x07\x12\xff\xff\xff\xff\x0f garbage that is no protobuf")
+    return path
+
+
+def _truncated_onnx(path: Path) -> Path:
+    from cudnn_rnn import convert
+
+    convert.to_onnx(CudnnLSTM(1, 2, input_size=2), path)
+    path.write_bytes(path.read_bytes()[:100])
+    return path
+
+
+_unknown_mode = json.dumps(
+    [
+        {
+            "rnn_mode": "lstmx",
+            "num_layers": 1,
+            "num_units": 2,
+            "input_size": 2,
+            "direction": "unidirectional",
+            "num_proj": None,
+            "scope": None,
+        }
+    ]
+)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+@pytest.mark.parametrize(
+    ("name", "make", "says"),
+    [
+        ("refused.pt", _pickle_refused, "weights_only=True) refuses it"),
+        ("truncated.pt", _truncated_pt, "not a readable torch file"),
+        ("vector.pt", _vector_weight_hh, "must be matrices"),
+        ("ints.pt", _integer_tensors, "must be float16, bfloat16, float32 or float64"),
+        ("empty_model.safetensors", _models_metadata("[{}]"), "entry 0: rnn_mode must be"),
+        ("mode.safetensors", _models_metadata(_unknown_mode), "got 'lstmx'"),
+        ("not_json.safetensors", _models_metadata("{"), "metadata 'models' is not JSON"),
+        ("corrupt.onnx", _corrupt_onnx, ""),
+        ("cut.onnx", _truncated_onnx, ""),
+    ],
+)
+def test_broken_files_exit_2_with_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    name: str,
+    make: Callable[[Path], Path],
+    says: str,
+) -> None:
+    src = make(tmp_path / name)
+    args = [str(src)] if command == "inspect" else [str(src), str(tmp_path / "out.safetensors")]
+    assert main([command, *args]) == 2
+    err = capsys.readouterr().err
+    _assert_one_line(err, src)
+    assert says in err
+
+
+def test_tf1_names_that_describe_no_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = _unexpected_tf1_names(tmp_path / "odd.ckpt")
+    assert main(["inspect", str(prefix)]) == 0
+    out = capsys.readouterr().out
+    assert "detected 0 model(s)" in out
+    assert "rnn/multi_rnn_cell (cudnn_compatible_lstm_cell): no layer-0 bias" in out
+    assert main(["convert", str(prefix), str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err
+    _assert_one_line(err, prefix)
+    assert "holds 0 models" in err
+
+
+def test_detect_models_skips_what_it_cannot_read() -> None:
+    shapes = {
+        f"{_LSTM}/kernel": (5, 8),
+        f"{_LSTM}/bias": (),  # rank 0
+        "a/rnn/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/gates/kernel": (5, 4),
+        "b/rnn/multi_rnn_cell/cell_0/basic_rnn_cell/kernel": (4, 2),
+        "b/rnn/multi_rnn_cell/cell_0/basic_rnn_cell/bias": (2,),
+    }
+    models, skipped = cli.detect_models_and_skipped(shapes)
+    assert [m["scope"] for m in models] == ["b"]
+    assert skipped == [
+        "rnn/multi_rnn_cell (cudnn_compatible_lstm_cell): layer-0 bias has shape [], expected "
+        "rank 1",
+        "a/rnn/multi_rnn_cell (cudnn_compatible_gru_cell): no layer-0 "
+        "candidate/input_projection/bias",
+    ]
+    assert cli.detect_models(shapes) == models
+
+
+def test_any_failure_is_still_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "m.safetensors"
+    checkpoint.save(src, CudnnLSTM(1, 2, input_size=2))
+    for error in (MemoryError(), RecursionError("maximum recursion depth"), KeyError("x\ny")):
+
+        def boom(args: object, error: BaseException = error) -> None:
+            raise error
+
+        monkeypatch.setattr(cli, "_inspect", boom)
+        assert main(["inspect", str(src)]) == 2
+        err = capsys.readouterr().err
+        _assert_one_line(err, src)
+        assert type(error).__name__ in err
+
+
+def test_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "folder.safetensors"
+    folder.mkdir()
+    assert main(["inspect", str(folder)]) == 2
+    err = capsys.readouterr().err
+    _assert_one_line(err, folder)
+    assert "not a regular file" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("name", ["pipe.safetensors", "pipe.pt"])
+def test_fifo_exits_2_without_blocking(tmp_path: Path, name: str) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    err = _cli(["inspect", str(fifo)], timeout=60)  # a blocked open fails by the timeout
+    _assert_one_line(err, fifo)
+    assert "not a regular file" in err
