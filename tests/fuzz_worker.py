@@ -1,0 +1,399 @@
+"""The fuzz run of one file format, in its own process under a memory limit (tests/test_fuzz.py).
+
+``python -m tests.fuzz_worker FORMAT FOLDER SEED CASES`` writes a valid file of FORMAT from a small
+layer, then reads ``CASES`` corrupted copies of it (truncations and byte flips at seeded random
+places) and a fixed set of hostile hand-made files, each with the reader a user would call:
+
+- ``safetensors``: ``checkpoint.restore`` into a layer (and ``checkpoint.describe``);
+- ``tf1``: ``checkpoint.restore`` of a TF1 bundle (index and data corrupted in turn);
+- ``onnx``: ``convert.from_onnx``;
+- ``pt``: the CLI, ``cudnn-rnn inspect`` and ``cudnn-rnn convert`` of a torch state_dict.
+
+Every read must either give the original values exactly (where the corruption cannot be noticed:
+flips inside tensor bytes that the format does not checksum are not made) or raise the reader's
+own error type, leaving the target layer unchanged; the CLI must exit 0 or 2, with one stderr line
+naming the file when 2. Anything else (another exception type, a wrong value, a changed target)
+is recorded. Before reading, the process limits its address space to what it uses after its
+imports plus ``HEADROOM`` bytes, so a reader that allocates from a file's claim fails here with
+MemoryError (recorded) instead of swapping the machine.
+
+The last line of stdout is a JSON report: ``{"format", "cases", "outcomes", "bad"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import resource
+import struct
+import sys
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
+from cudnn_rnn.formats import onnx as onnx_format
+from cudnn_rnn.formats import tf1_bundle
+
+HEADROOM = 1 << 30  # bytes the readers may allocate beyond what the imports took
+
+#: What each format's reader may raise for a bad file.
+TYPED: dict[str, tuple[type[BaseException], ...]] = {
+    "safetensors": (checkpoint.CheckpointError,),
+    "tf1": (tf1_bundle.TF1BundleError, checkpoint.CheckpointError),
+    "onnx": tuple(e for e in (getattr(onnx_format, "OnnxFormatError", None),) if e is not None),
+}
+
+
+def source_layer(mode: str = "lstm") -> Any:
+    cls = CudnnLSTM if mode == "lstm" else CudnnGRU
+    return cls(1, 3, input_size=2, direction="bidirectional", seed=1)
+
+
+def target_layer(mode: str = "lstm") -> Any:
+    cls = CudnnLSTM if mode == "lstm" else CudnnGRU
+    return cls(1, 3, input_size=2, direction="bidirectional", seed=7)
+
+
+# -- mutations -------------------------------------------------------------------------------------
+
+
+def truncations(data: bytes, rng: random.Random, count: int) -> Iterator[tuple[str, bytes]]:
+    ends = {0, 1, 7, 8, 9, len(data) - 1} | {rng.randrange(len(data)) for _ in range(count)}
+    for end in sorted(e for e in ends if 0 <= e < len(data)):
+        yield f"truncated at {end}", data[:end]
+
+
+def flips(
+    data: bytes, rng: random.Random, count: int, allowed: Callable[[int], bool]
+) -> Iterator[tuple[str, bytes]]:
+    """``count`` copies with 1-3 bytes set to random values at places ``allowed`` accepts."""
+    places = [i for i in range(len(data)) if allowed(i)]
+    for _ in range(count):
+        out = bytearray(data)
+        spots = rng.sample(places, k=min(len(places), rng.randint(1, 3)))
+        for spot in spots:
+            out[spot] = (out[spot] + rng.randint(1, 255)) % 256
+        yield f"bytes {spots} changed", bytes(out)
+
+
+# -- one read --------------------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.outcomes: Counter[str] = Counter()
+        self.bad: list[str] = []
+        self.cases = 0
+
+    def check(self, label: str, read: Callable[[], str]) -> None:
+        """``read`` returns 'ok' or raises; typed errors count, anything else is bad."""
+        self.cases += 1
+        try:
+            self.outcomes[read()] += 1
+        except TYPED.get(self.fmt, ()) as err:
+            self.outcomes[type(err).__name__] += 1
+        except Exception as err:  # recording what escaped is the point
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            self.bad.append(
+                f"{label}: {type(err).__name__}: {str(err)[:200]} "
+                f"(at {Path(where.filename).name}:{where.lineno})"
+            )
+
+
+def restore_read(run: Run, label: str, path: str, source: Any, target: Any) -> None:
+    before = target.opaque_kernel.detach().clone()
+
+    def read() -> str:
+        try:
+            checkpoint.restore(path, target)
+        except BaseException:
+            if not torch.equal(target.opaque_kernel.detach(), before):
+                run.bad.append(f"{label}: the failed restore changed the target")
+            raise
+        if not torch.equal(target.opaque_kernel.detach(), source.opaque_kernel.detach()):
+            run.bad.append(f"{label}: restored without error but with wrong values")
+        with torch.no_grad():
+            target.opaque_kernel.copy_(before)
+        return "ok"
+
+    run.check(label, read)
+
+
+# -- formats ---------------------------------------------------------------------------------------
+
+
+def fuzz_safetensors(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    source, target = source_layer(), target_layer()
+    path = folder / "model.safetensors"
+    checkpoint.save(path, source)
+    data = path.read_bytes()
+    header_end = 8 + int.from_bytes(data[:8], "little")
+    # safetensors has no checksum: a flip in tensor bytes is a different valid file, not made.
+    variants = [
+        *truncations(data, rng, cases // 3),
+        *flips(data, rng, cases - cases // 3, lambda i: i < header_end),
+        *hostile_safetensors(data),
+    ]
+    for label, blob in variants:
+        path.write_bytes(blob)
+        restore_read(run, label, str(path), source, target)
+
+        def describe() -> str:
+            checkpoint.describe(path)
+            return "ok"
+
+        run.check(f"describe, {label}", describe)
+
+
+def _safetensors(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + payload
+
+
+def hostile_safetensors(valid: bytes) -> list[tuple[str, bytes]]:
+    header = json.loads(valid[8 : 8 + int.from_bytes(valid[:8], "little")])
+    name = next(k for k in header if k != "__metadata__")
+    meta = header.get("__metadata__", {})
+
+    def with_entry(entry: dict[str, Any]) -> bytes:
+        return _safetensors({**header, name: entry}, valid[8 + len(json.dumps(header)) :])
+
+    deep = "[" * 200_000 + "]" * 200_000
+    many = {f"t{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(20_000)}
+
+    def entry(shape: list[int], offsets: list[int]) -> bytes:
+        return with_entry({"dtype": "F32", "shape": shape, "data_offsets": offsets})
+
+    def with_meta(**values: str) -> bytes:
+        return _safetensors({**header, "__metadata__": {**meta, **values}})
+
+    return [
+        ("huge shape", entry([2**62, 2**62], [0, 4])),
+        ("overflowing count", entry([0, 2**62, 2**62], [0, 0])),
+        ("offsets past the end", entry([3], [0, 2**64 + 12])),
+        ("negative offsets", entry([3], [-12, 0])),
+        ("header length past the end", struct.pack("<Q", 2**63) + valid[8:]),
+        ("header not UTF-8", struct.pack("<Q", 4) + b"\xff\xfe{}"),
+        ("deep nesting in the header", _safetensors({"x": json.loads("[" * 500 + "]" * 500)})),
+        ("deep nesting, raw", struct.pack("<Q", len(deep)) + deep.encode()),
+        ("deep nesting in models", with_meta(models=deep)),
+        ("models not JSON", with_meta(models="{")),
+        ("models a number", with_meta(models="42")),
+        ("format_version not ASCII", with_meta(format_version="\u00b2")),
+        ("many tensors", _safetensors(many)),
+    ]
+
+
+def fuzz_tf1(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    source, target = source_layer("gru"), target_layer("gru")
+    prefix = folder / "ckpt"
+    checkpoint.save(prefix, source, format="tf")
+    index_path = Path(f"{prefix}.index")
+    data_path = Path(f"{prefix}.data-00000-of-00001")
+    index, data = index_path.read_bytes(), data_path.read_bytes()
+    half = cases // 2
+    anywhere = lambda i: True  # noqa: E731
+    variants = [
+        *((f"index {label}", blob, data) for label, blob in truncations(index, rng, half // 3)),
+        *((f"index {label}", blob, data) for label, blob in flips(index, rng, half, anywhere)),
+        # The data file is checksummed per tensor: every flip in it must be noticed.
+        *((f"data {label}", index, blob) for label, blob in truncations(data, rng, half // 3)),
+        *((f"data {label}", index, blob) for label, blob in flips(data, rng, half, anywhere)),
+        *((label, blob, data) for label, blob in hostile_tf1_indexes()),
+    ]
+    for label, index_blob, data_blob in variants:
+        index_path.write_bytes(index_blob)
+        data_path.write_bytes(data_blob)
+        restore_read(run, label, str(prefix), source, target)
+    index_path.write_bytes(index)
+    data_path.unlink()
+    restore_read(run, "index without its data file", str(prefix), source, target)
+
+
+def hostile_tf1_indexes() -> list[tuple[str, bytes]]:
+    """Indexes whose entries claim what the 40-odd-byte data file cannot hold."""
+    name = (
+        "stack_bidirectional_rnn/cell_0/bidirectional_rnn/fw/cudnn_compatible_gru_cell/gates/bias"
+    )
+    float_enum = 1  # DT_FLOAT
+
+    def index(*entries: tuple[str, tuple[int, ...], int, int]) -> bytes:
+        rows = [(b"", tf1_bundle._HEADER)]
+        for key, shape, offset, size in sorted(entries):
+            rows.append(
+                (key.encode(), tf1_bundle._encode_entry(float_enum, shape, offset, size, 0))
+            )
+        return tf1_bundle._build_table(rows, tf1_bundle._BLOCK_SIZE, tf1_bundle._RESTART_INTERVAL)
+
+    many = [(f"t{i:06d}", (1,), 0, 4) for i in range(20_000)]
+    return [
+        ("entry of shape (0, 2**62, 2**62)", index((name, (0, 2**62, 2**62), 0, 0))),
+        ("entry of shape (2**62, 2**62)", index((name, (2**62, 2**62), 0, 2**66))),
+        ("entry claiming 10**10 floats", index((name, (10**10,), 0, 4 * 10**10))),
+        ("entry past the end of the data", index((name, (6,), 2**63, 24))),
+        ("20000 entries", index(*many)),
+    ]
+
+
+def fuzz_onnx(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    import onnx
+
+    source = source_layer("gru")
+    path = folder / "model.onnx"
+    convert.to_onnx(source, path)
+    data = path.read_bytes()
+    # Initializer bytes are not checksummed: flips are made only outside them.
+    spans = []
+    for init in onnx.load(str(path)).graph.initializer:
+        start = data.find(init.raw_data) if init.raw_data else -1
+        if start >= 0:
+            spans.append((start, start + len(init.raw_data)))
+    outside = lambda i: not any(a <= i < b for a, b in spans)  # noqa: E731
+    variants = [
+        *truncations(data, rng, cases // 3),
+        *flips(data, rng, cases - cases // 3, outside),
+        *hostile_onnx(onnx),
+    ]
+    for label, blob in variants:
+        path.write_bytes(blob)
+
+        def read(label: str = label) -> str:
+            layer = convert.from_onnx(path)
+            got = layer.opaque_kernel.detach()
+            if got.shape != source.opaque_kernel.shape or not torch.equal(
+                got, source.opaque_kernel.detach()
+            ):
+                run.bad.append(f"{label}: read without error but with wrong values")
+            return "ok"
+
+        run.check(label, read)
+
+
+def hostile_onnx(onnx: Any) -> list[tuple[str, bytes]]:
+    from onnx import numpy_helper
+
+    h = onnx.helper
+    tp = onnx.TensorProto
+    hidden, inp = 3, 2
+
+    def lstm_model(nodes: list[Any], inits: list[Any], output: str, domain: str = "") -> bytes:
+        x = h.make_tensor_value_info("X", tp.FLOAT, [5, 1, inp])
+        y = h.make_tensor_value_info(output, tp.FLOAT, None)
+        graph = h.make_graph(nodes, "g", [x], [y], initializer=inits)
+        opsets = [h.make_opsetid("", 14)] + ([h.make_opsetid(domain, 1)] if domain else [])
+        return h.make_model(graph, opset_imports=opsets).SerializeToString()  # type: ignore[no-any-return]
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, inp)).astype(np.float32), "W")
+    r = numpy_helper.from_array(
+        rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32), "R"
+    )
+    shape = numpy_helper.from_array(np.array([1, 4 * hidden, 100_000_000], np.int64), "S")
+    bomb = [
+        h.make_node("ConstantOfShape", ["S"], ["Wbig"]),
+        h.make_node("LSTM", ["X", "Wbig", "R"], ["Y"], hidden_size=hidden),
+    ]
+    custom = [h.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=hidden, domain="my.custom")]
+    bypass = [
+        h.make_node("LSTM", ["X", "W", "R"], ["Yl"], hidden_size=hidden),
+        h.make_node("Identity", ["X"], ["Y"]),
+    ]
+    return [
+        ("ConstantOfShape allocation bomb", lstm_model(bomb, [shape, r], "Y")),
+        ("LSTM in a custom domain", lstm_model(custom, [w, r], "Y", domain="my.custom")),
+        ("output Identity(X) bypasses the LSTM", lstm_model(bypass, [w, r], "Y")),
+    ]
+
+
+def fuzz_pt(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    torch.manual_seed(0)
+    module = torch.nn.LSTM(2, 3, bidirectional=True)
+    path = folder / "model.pt"
+    torch.save(module.state_dict(), path)
+    data = path.read_bytes()
+    variants = [
+        *truncations(data, rng, cases // 3),
+        *flips(data, rng, cases - cases // 3, lambda i: True),
+        *hostile_pt(module.state_dict(), folder),
+    ]
+    for label, blob in variants:
+        path.write_bytes(blob)
+        for command in (
+            ["inspect", str(path)],
+            ["convert", str(path), str(folder / "out.safetensors")],
+        ):
+            cli_read(run, f"{command[0]}, {label}", command, str(path))
+
+
+def hostile_pt(state: dict[str, torch.Tensor], folder: Path) -> list[tuple[str, bytes]]:
+    def saved(value: Any) -> bytes:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+
+    class Payload:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (print, ("pickle payload ran",))
+
+    bad_state = dict(state)
+    bad_state["bias_ih_l99999999"] = state["bias_ih_l0"]
+    flat = dict(state, weight_hh_l0=state["weight_hh_l0"].reshape(-1))
+    ints = {k: v.to(torch.int64) for k, v in state.items()}
+    return [
+        ("extra key bias_ih_l99999999", saved(bad_state)),
+        ("1-D weight_hh_l0", saved(flat)),
+        ("integer tensors", saved(ints)),
+        ("a pickle weights_only refuses", saved({"x": Payload()})),
+        ("not a dict", saved([1, 2, 3])),
+    ]
+
+
+def cli_read(run: Run, label: str, command: list[str], path: str) -> None:
+    def read() -> str:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(command)
+        lines = err.getvalue().splitlines()
+        if "pickle payload ran" in out.getvalue():
+            run.bad.append(f"{label}: a pickle payload ran")
+        if code == 0:
+            return "exit 0"
+        if code != 2 or len(lines) != 1 or path not in lines[0]:
+            run.bad.append(f"{label}: exit {code}, stderr {lines[:3]!r} (want exit 2, one line)")
+        return "exit 2"
+
+    run.check(label, read)
+
+
+FUZZERS = {"safetensors": fuzz_safetensors, "tf1": fuzz_tf1, "onnx": fuzz_onnx, "pt": fuzz_pt}
+
+
+def limit_memory() -> None:
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (size + HEADROOM, size + HEADROOM))
+
+
+def main(argv: list[str]) -> int:
+    fmt, folder, seed, cases = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    limit_memory()
+    run = Run(fmt)
+    FUZZERS[fmt](run, folder, random.Random(seed), cases)
+    report = {"format": fmt, "cases": run.cases, "outcomes": dict(run.outcomes), "bad": run.bad}
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
