@@ -93,7 +93,7 @@ def test_to_onnx_runs_in_onnxruntime_with_equal_outputs(
 
 def test_graph_structure(tmp_path: Path) -> None:
     layer = random_layer("lstm", 3, "bidirectional", dtype=torch.float32)
-    to_onnx(layer, tmp_path / "m.onnx")
+    to_onnx(layer, tmp_path / "m.onnx", sequence_lens=True, initial_state=True)
     model = onnx.load(str(tmp_path / "m.onnx"))
     graph = model.graph
 
@@ -121,9 +121,59 @@ def test_graph_structure(tmp_path: Path) -> None:
     assert weights["R_2"] == (2, 16, 4) and weights["B_2"] == (2, 32)
 
 
+ONLY_X = list(itertools.product(MODES, (1, 2), DIRECTIONS))
+
+
+def run_openvino(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The outputs of OpenVINO's CPU plugin at float32, or None where OpenVINO is not installed."""
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    result = compiled(feeds)
+    return [np.asarray(result[out]) for out in compiled.outputs]
+
+
+@pytest.mark.parametrize("mode,layers,direction", ONLY_X)
+def test_default_model_runs_with_only_x(
+    mode: str, layers: int, direction: str, tmp_path: Path
+) -> None:
+    """to_onnx's default model has one input, X: onnxruntime (which refuses a feed that leaves
+    out a declared input) and OpenVINO run it with X alone, and it computes the layer from zero
+    states over full lengths."""
+    layer = random_layer(mode, layers, direction, dtype=torch.float32)
+    path = tmp_path / "x.onnx"
+    to_onnx(layer, path)
+    assert [i.name for i in onnx.load(str(path)).graph.input] == ["X"]
+    x, _ = inputs_for(layer)
+    y, out_states = layer(x)
+    assert_close(run_ort(path, {"X": x.numpy()}), (y, *out_states), atol=1e-5)
+    got = run_openvino(path, {"X": x.numpy()})
+    if got is not None:
+        assert_close(got, (y, *out_states), atol=1e-5)
+    assert torch.equal(from_onnx(path).opaque_kernel, layer.opaque_kernel)
+
+
+def test_optional_inputs_on_request(tmp_path: Path) -> None:
+    """Each optional input comes alone on request, and from_onnx reads every form."""
+    layer = random_layer("lstm", 2, "bidirectional", dtype=torch.float32)
+    x, states = inputs_for(layer)
+    for lens, init in ((True, False), (False, True), (True, True)):
+        path = tmp_path / f"m_{lens}_{init}.onnx"
+        to_onnx(layer, path, sequence_lens=lens, initial_state=init)
+        names = [i.name for i in onnx.load(str(path)).graph.input]
+        assert names == ["X"] + ["sequence_lens"] * lens + ["initial_h", "initial_c"] * init
+        lengths = [5, 2, 1] if lens else None
+        y, out_states = layer(x, states if init else None, sequence_lengths=lengths)
+        got = run_ort(path, feeds_for(x, states if init else (), lengths))
+        assert_close(got, (y, *out_states), atol=1e-5)
+        assert torch.equal(from_onnx(path).opaque_kernel, layer.opaque_kernel)
+
+
 def test_time_and_batch_are_dynamic(tmp_path: Path) -> None:
     layer = random_layer("gru", 2, "bidirectional", dtype=torch.float32)
-    to_onnx(layer, tmp_path / "d.onnx")
+    to_onnx(layer, tmp_path / "d.onnx", sequence_lens=True, initial_state=True)
     for steps, batch in ((1, 1), (7, 4)):
         x, states = inputs_for(layer, steps, batch)
         lengths = [steps] * batch
@@ -146,7 +196,7 @@ def test_skip_input_is_identity_w_and_comes_back(mode: str, tmp_path: Path) -> N
         mode, 2, "bidirectional", input_mode="skip_input", input_size=4, dtype=torch.float32
     )
     path = tmp_path / "skip.onnx"
-    to_onnx(layer, path)
+    to_onnx(layer, path, sequence_lens=True, initial_state=True)
     onnx.checker.check_model(str(path), full_check=True)
     x, states = inputs_for(layer)
     y, out_states = layer(x, states, sequence_lengths=[4, 5, 2])
@@ -168,7 +218,7 @@ def test_float64_models_against_onnx_reference(mode: str, direction: str, tmp_pa
 
     layer = random_layer(mode, 2, direction)
     path = tmp_path / "f64.onnx"
-    to_onnx(layer, path, sequence_lens=False)
+    to_onnx(layer, path, initial_state=True)
     onnx.checker.check_model(str(path), full_check=True)
     x, states = inputs_for(layer)
     y, out_states = layer(x, states)
@@ -293,7 +343,7 @@ def test_from_onnx_of_dynamo_export(tmp_path: Path) -> None:
 def our_model(tmp_path: Path, mode: str = "lstm", layers: int = 1, **kwargs: Any) -> Any:
     """A loaded ModelProto of a random layer, to be edited into a bad one."""
     layer = random_layer(mode, layers, "unidirectional", dtype=torch.float32, **kwargs)
-    to_onnx(layer, tmp_path / "m.onnx")
+    to_onnx(layer, tmp_path / "m.onnx", sequence_lens=True, initial_state=True)
     return onnx.load(str(tmp_path / "m.onnx"))
 
 

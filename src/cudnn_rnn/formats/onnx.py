@@ -1,9 +1,9 @@
 """ONNX <-> our layers, with the standard ``LSTM``, ``GRU`` and ``RNN`` operators.
 
 :func:`to_onnx` writes a layer as the graph that :mod:`cudnn_rnn.formats.onnx_graph` builds (one
-node per layer, both directions in it; graph inputs ``X``, ``sequence_lens``, ``initial_h``,
-``initial_c``, outputs ``Y``, ``Y_h``, ``Y_c``; that module's docstring draws the weights and
-shapes). The weights are written exactly, so the layer comes back bit for bit; ``skip_input`` is
+node per layer, both directions in it; graph input ``X``, and on request ``sequence_lens``,
+``initial_h``, ``initial_c``; outputs ``Y``, ``Y_h``, ``Y_c``; that module's docstring draws the
+weights and shapes). The weights are written exactly, so the layer comes back bit for bit; ``skip_input`` is
 written as the identity ``W`` that the canonical form holds (exact math), and recorded in the
 model's metadata so that :func:`from_onnx` restores the input mode. LSTM projection has no ONNX
 counterpart and is refused. float16, float32 and float64 models are valid ONNX (bfloat16 from
@@ -106,15 +106,18 @@ def to_onnx(
     path: str | os.PathLike[str],
     *,
     opset: int = DEFAULT_OPSET,
-    sequence_lens: bool = True,
-    initial_state: bool = True,
+    sequence_lens: bool = False,
+    initial_state: bool = False,
 ) -> None:
     """Write ``layer`` to ``path`` as an ONNX model: one standard LSTM/GRU/RNN node per layer.
 
-    ``opset`` is the ONNX opset (``MIN_OPSET`` or later, up to what the installed onnx knows);
-    ``sequence_lens=False`` leaves out the ``sequence_lens`` input (every sequence full length),
-    ``initial_state=False`` the ``initial_h``/``initial_c`` inputs (zero states). The file is
-    written atomically. Graph inputs and outputs are described in
+    ``opset`` is the ONNX opset (``MIN_OPSET`` or later, up to what the installed onnx knows).
+    By default the model's only input is ``X``: it runs with the input alone, every sequence full
+    length from zero states (onnxruntime refuses a feed that leaves out a declared input, so the
+    optional ones are declared only on request). ``sequence_lens=True`` adds the
+    ``sequence_lens`` input (variable lengths), ``initial_state=True`` the
+    ``initial_h``/``initial_c`` inputs; a model with them must be fed them. The file is written
+    atomically. Graph inputs and outputs are described in
     :mod:`cudnn_rnn.formats.onnx_graph`.
 
     Raises TypeError for anything but our layer, RuntimeError for an unbuilt one, ValueError for

@@ -15,9 +15,9 @@ z(=u), r, h)::
 ``B`` are symbolic)::
 
     X               [T, B, I]          the given dtype
-    sequence_lens   [B]                int32, in [1, T]     (left out with sequence_lens=False)
-    initial_h       [L*D, B, H]        index layer*D + dir  (left out with initial_state=False)
-    initial_c       [L*D, B, H]        LSTM only            (left out with initial_state=False)
+    sequence_lens   [B]                int32, in [1, T]     (only with sequence_lens=True)
+    initial_h       [L*D, B, H]        index layer*D + dir  (only with initial_state=True)
+    initial_c       [L*D, B, H]        LSTM only            (only with initial_state=True)
     Y               [T, B, D*H]        forward half first; exactly 0 past a sequence's length
     Y_h, Y_c        [L*D, B, H]        final states (after each sequence's last valid step)
 
@@ -115,8 +115,8 @@ def model_proto(
     dtype: torch.dtype,
     *,
     opset: int = DEFAULT_OPSET,
-    sequence_lens: bool = True,
-    initial_state: bool = True,
+    sequence_lens: bool = False,
+    initial_state: bool = False,
     owner: str = "model_proto",
     name: str = "the layer",
     doc: str = "",
