@@ -57,6 +57,13 @@ RUNTIME = tuple(
 )
 #: What core may import besides the standard library and itself: it is pure Python + NumPy.
 CORE_THIRD_PARTY = frozenset({"numpy"})
+#: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may import:
+#: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
+TF1_LAYERS: dict[str, frozenset[str]] = {
+    f"{PACKAGE}.formats.tf1_bundle": frozenset({f"{PACKAGE}.atomic"}),
+    f"{PACKAGE}.formats.tf1_table": frozenset(),
+    f"{PACKAGE}.formats.protobuf_wire": frozenset(),
+}
 
 
 @dataclass(frozen=True)
@@ -260,6 +267,24 @@ def test_saveables_use_the_layout_not_the_op_level(edges: list[Edge]) -> None:
     ]
     assert not bad, (
         "a saveable imports the op level; pack and unpack through core.layout instead:\n"
+        + "\n".join(bad)
+    )
+
+
+def test_tf1_format_layers_import_only_downward(
+    modules: dict[str, Path], edges: list[Edge]
+) -> None:
+    assert set(TF1_LAYERS) <= set(modules), sorted(set(TF1_LAYERS) - set(modules))
+    layers = list(TF1_LAYERS)
+    bad = [
+        f"{e.source} imports {e.target} ({e.where})"
+        for e in edges
+        if e.source in TF1_LAYERS
+        and e.target not in layers[layers.index(e.source) + 1 :]
+        and e.target not in TF1_LAYERS[e.source]
+    ]
+    assert not bad, (
+        "a TF1 format layer imports a layer above it, or beside it (bundle -> table -> wire):\n"
         + "\n".join(bad)
     )
 

@@ -20,6 +20,8 @@ import torch
 
 from cudnn_rnn import checkpoint
 from cudnn_rnn.formats import tf1_bundle as tb
+from cudnn_rnn.formats import tf1_table
+from cudnn_rnn.formats.protobuf_wire import encode_varint
 from cudnn_rnn.formats.tf1_bundle import TF1BundleError, read_bundle, read_bundle_index
 from cudnn_rnn.layers import CudnnGRU
 
@@ -47,7 +49,7 @@ def layer_checkpoint(tmp_path: Path) -> tuple[str, CudnnGRU]:
 
 def add_entries(prefix: str, extra: list[tuple[bytes, bytes]]) -> None:
     """Rewrite the index of ``prefix`` with ``extra`` entries added (checksums valid)."""
-    entries = tb._read_table(Path(prefix + ".index").read_bytes()) + extra
+    entries = tf1_table.read_table(Path(prefix + ".index").read_bytes()) + extra
     write_index(prefix, sorted(entries))
 
 
@@ -143,13 +145,16 @@ def test_overlapping_claims_cannot_exceed_the_data_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("handles", "match"),
     [
-        (tb._varint(1 << 63) + tb._varint(8), r"metaindex block \(offset 9223372036854775808"),
-        (tb._varint(0) + tb._varint((1 << 64) - 1), r"bytes \+ 5-byte trailer\) runs past"),
-        (tb._varint(0) + b"\xff" * 11, r"footer: varint longer than a 64-bit"),
+        (
+            encode_varint(1 << 63) + encode_varint(8),
+            r"metaindex block \(offset 9223372036854775808",
+        ),
+        (encode_varint(0) + encode_varint((1 << 64) - 1), r"bytes \+ 5-byte trailer\) runs past"),
+        (encode_varint(0) + b"\xff" * 11, r"footer: varint longer than a 64-bit"),
     ],
 )
 def test_block_handles_outside_the_file(handles: bytes, match: str, tmp_path: Path) -> None:
-    footer = handles + bytes(40 - len(handles)) + tb._MAGIC.to_bytes(8, "little")
+    footer = handles + bytes(40 - len(handles)) + tf1_table.MAGIC.to_bytes(8, "little")
     Path(tmp_path / "x.index").write_bytes(bytes(100) + footer)
     with pytest.raises(TF1BundleError, match=match):
         read_bundle_index(tmp_path / "x")
@@ -241,7 +246,7 @@ def compact_index(n: int) -> bytes:
     """An index of ``n`` empty float32 tensors ``v0000000``, ...: about 10 bytes an entry, the
     densest a TensorFlow index gets. Built directly (the table builder is slow for this size)."""
     value = entry(shape=(0,), size=0)
-    parts = [tb._varint(0) + tb._varint(0) + tb._varint(len(tb._HEADER)) + tb._HEADER]
+    parts = [encode_varint(0) + encode_varint(0) + encode_varint(len(tb._HEADER)) + tb._HEADER]
     restarts = [0]
     offset = len(parts[0])
     previous = b""
@@ -256,7 +261,7 @@ def compact_index(n: int) -> bytes:
         parts.append(part)
         offset += len(part)
         previous = key
-    contents = tb._block_builder_finish(bytearray(b"".join(parts)), restarts)
+    contents = tf1_table.finish_block(bytearray(b"".join(parts)), restarts)
     return table_of(contents, previous + b"\x00")
 
 
@@ -267,17 +272,17 @@ def table_of(contents: bytes, separator: bytes) -> bytes:
         return block + b"\x00" + tb.masked_crc32c(block + b"\x00").to_bytes(4, "little")
 
     out = with_trailer(contents)
-    data_handle = tb._varint(0) + tb._varint(len(contents))
-    meta = tb._BlockBuilder(16).finish()
-    meta_handle = tb._varint(len(out)) + tb._varint(len(meta))
+    data_handle = encode_varint(0) + encode_varint(len(contents))
+    meta = tf1_table.BlockBuilder(16).finish()
+    meta_handle = encode_varint(len(out)) + encode_varint(len(meta))
     out += with_trailer(meta)
-    index_block = tb._BlockBuilder(1)
+    index_block = tf1_table.BlockBuilder(1)
     index_block.add(separator, data_handle)
     index = index_block.finish()
-    index_handle = tb._varint(len(out)) + tb._varint(len(index))
+    index_handle = encode_varint(len(out)) + encode_varint(len(index))
     out += with_trailer(index)
     handles = meta_handle + index_handle
-    return out + handles + bytes(40 - len(handles)) + tb._MAGIC.to_bytes(8, "little")
+    return out + handles + bytes(40 - len(handles)) + tf1_table.MAGIC.to_bytes(8, "little")
 
 
 def test_300k_entry_index_parses_in_linear_time(tmp_path: Path) -> None:
@@ -362,7 +367,7 @@ def test_seeded_fuzz_of_files_and_of_checksummed_entries(tmp_path: Path) -> None
     }
     tb.write_bundle(prefix, tensors)
     files = {s: Path(prefix + s).read_bytes() for s in (".index", DATA)}
-    table = tb._read_table(files[".index"])
+    table = tf1_table.read_table(files[".index"])
     outcomes = {"error": 0, "read": 0}
     for case in range(400):
         for suffix, data in files.items():
