@@ -67,7 +67,9 @@ def test_tf_written_checkpoint_restores_into_layer_and_cells(name: str) -> None:
     layer = make_layer()
     prefix = FIXTURES / f"{name}.ckpt"
     assert checkpoint.is_tf_checkpoint(prefix)
-    checkpoint.restore(prefix, layer)  # opaque_kernel, global_step, slots: ignored
+    # These fixtures' opaque_kernel holds random values, not these weights: ignore it (a
+    # consistent one is restored exactly, see test_tf1_opaque.py); global_step, slots: ignored.
+    checkpoint.restore(prefix, layer, opaque_name=False)
     expected = _expected(name)
     for key, value in layer.checkpoint_entries().items():
         np.testing.assert_array_equal(value.numpy(), expected[key], err_msg=key)  # exact

@@ -513,7 +513,14 @@ def read_expected(
         return _read_tensors(f, p, entries, expected)
 
 
-def restore(path: str | os.PathLike[str], objects: Any, *, strict: bool | None = None) -> None:
+def restore(
+    path: str | os.PathLike[str],
+    objects: Any,
+    *,
+    strict: bool | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    opaque_name: str | bool | None = None,
+) -> None:
     """Load ``path`` (safetensors file or TF1 prefix) into ``objects`` in place; all-or-nothing.
 
     Every expected name must be in the file with a matching shape and a floating dtype. With
@@ -522,12 +529,56 @@ def restore(path: str | os.PathLike[str], objects: Any, *, strict: bool | None =
     slots. Values are cast to each object's dtype. Every object is checked before any is
     written, and one :class:`CheckpointError` lists every problem; if an object still refuses
     its tensors while loading, the objects loaded before it are put back as they were.
+
+    TF1 training checkpoints (:mod:`cudnn_rnn.formats.tf1_opaque`): where the file also holds a
+    layer's opaque kernel (``opaque_name``, else the layer's ``<scope>/<name>/opaque_kernel``,
+    else the only ``*/opaque_kernel`` of a fitting size; ``False``: ignore it), its layout is
+    discovered from the canonical tensors and every weight and both biases of every gate come
+    from it exactly. ``optimizer`` (Adam, SGD with momentum, RMSprop, Adagrad holding the
+    layer's ``opaque_kernel``) gets its state from TF's slots of that variable.
     """
     found = checkpointables(objects)
     expected: dict[str, Shape] = {}
     for obj in found:
         expected.update(obj.checkpoint_shapes())
-    load_into(path, found, read_expected(path, expected, strict=strict))
+    tensors = read_expected(path, expected, strict=strict)
+    exact = _opaque_plan(path, found, tensors, optimizer, opaque_name)
+    load_into(path, found, tensors)
+    if exact is not None:
+        exact.apply()
+
+
+def _opaque_plan(
+    path: str | os.PathLike[str],
+    found: Sequence[Checkpointable],
+    tensors: Mapping[str, Tensor],
+    optimizer: torch.optim.Optimizer | None,
+    opaque_name: str | bool | None,
+) -> Any:
+    """The exact opaque writes and optimizer states of a TF1 file (None for our files)."""
+    if not is_tf_checkpoint(path):
+        if optimizer is not None or isinstance(opaque_name, str):
+            raise CheckpointError(
+                path,
+                "optimizer= and opaque_name= read a TF1 training checkpoint's opaque kernel; "
+                "this file is not a TF1 checkpoint.",
+            )
+        return None
+    from cudnn_rnn.formats import tf1_opaque
+
+    _, index = _tf_index(path)
+    claims = {n: (e.shape, e.dtype) for n, e in index.items()}
+    try:
+        return tf1_opaque.plan(
+            claims,
+            lambda names: _load_tf(path, names),
+            found,
+            tensors,
+            opaque_name=opaque_name,
+            optimizer=optimizer,
+        )
+    except tf1_opaque.OpaqueRestoreError as err:
+        raise CheckpointError(path, err.problems) from err
 
 
 def load_into(
