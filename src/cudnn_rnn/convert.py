@@ -1,4 +1,4 @@
-"""Move RNNs between our layers and ``torch.nn``, Keras 3 and ONNX.
+"""Move RNNs between our layers and ``torch.nn``, Keras 3, ONNX and Keras 2 ``.h5`` files.
 
 Every converter is registered here under ``(target, way)`` with a note on what it keeps; the
 implementations live in :mod:`cudnn_rnn.formats` and load only when used, so Keras and ONNX stay
@@ -11,6 +11,7 @@ torch         to      lossless (skip_input: identity ``weight_ih_l0``; no num_pr
 torch         from    lossless (both biases; ``bias=False`` gives zero biases)
 keras         to      outputs equal; LSTM/SimpleRNN store ``bW + bR`` (GRU both, exact)
 keras         from    lossless (one Keras bias becomes ``bW``, ``bR = 0``)
+keras_h5      from    lossless (Keras 2 ``.h5``: CuDNNLSTM/CuDNNGRU, LSTM, GRU, SimpleRNN)
 onnx          to      lossless (standard LSTM/GRU/RNN nodes; no projection)
 onnx          from    lossless (ours and ``torch.onnx.export``'s models)
 ============  ======  =====================================================================
@@ -30,6 +31,7 @@ __all__ = [
     "Converter",
     "converter",
     "from_keras",
+    "from_keras_h5",
     "from_onnx",
     "from_torch",
     "to_keras",
@@ -74,6 +76,13 @@ CONVERTERS: dict[tuple[str, str], Converter] = {
         Converter("keras", "from", "cudnn_rnn.formats.keras", "from_keras", "lossless"),
         Converter("onnx", "to", "cudnn_rnn.formats.onnx", "to_onnx", "lossless"),
         Converter("onnx", "from", "cudnn_rnn.formats.onnx", "from_onnx", "lossless"),
+        Converter(
+            "keras_h5",
+            "from",
+            "cudnn_rnn.formats.keras_h5",
+            "from_keras_h5",
+            "lossless; refuses what cuDNN's math cannot compute (hard_sigmoid, reset_after=False)",
+        ),
     )
 }
 
@@ -105,6 +114,13 @@ def to_keras(layer: Any) -> Any:
 def from_keras(layers: Any) -> Any:
     """Our layer from a Keras LSTM/GRU(reset_after=True)/SimpleRNN/Bidirectional (or a list)."""
     return converter("keras", "from")(layers)
+
+
+def from_keras_h5(path: Any, **kwargs: Any) -> Any:
+    """``{layer name: our layer}`` for the RNN layers of a Keras 2 / tf.keras 1.x ``.h5`` file
+    (``CuDNNLSTM``, ``CuDNNGRU``, ``LSTM``, ``GRU(reset_after=True)``, ``SimpleRNN``,
+    ``Bidirectional``); see :func:`cudnn_rnn.formats.keras_h5.from_keras_h5` for the options."""
+    return converter("keras_h5", "from")(path, **kwargs)
 
 
 def to_onnx(layer: Any, path: Any, **kwargs: Any) -> Any:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
@@ -130,22 +131,30 @@ def from_keras(layers: Any) -> _CudnnRNN:
                 f"from_keras: layer {index} takes {width} inputs but layer {index - 1} gives "
                 f"{num_dirs * h}."
             )
+    return layer_of_blocks(mode, blocks, len(stack), num_dirs, "from_keras")
+
+
+def layer_of_blocks(
+    mode: str, blocks: dict[BlockKey, Tensor], num_layers: int, num_dirs: int, owner: str
+) -> _CudnnRNN:
+    """Our layer holding stacked blocks in Keras gate order (float16/float64 kept, else float32);
+    ``num_units`` and ``input_size`` come from layer 0's input block."""
+    first = blocks[(0, 0, INPUT)]
     spec = RNNSpec(
         mode,
-        len(stack),
-        h,
-        int(blocks[(0, 0, INPUT)].shape[1]),
+        num_layers,
+        int(first.shape[0]) // len(GATE_ORDERS["keras"][mode]),
+        int(first.shape[1]),
         direction="bidirectional" if num_dirs == 2 else "unidirectional",
     )
     weights, biases = unstack_gates(spec, blocks, "keras")
-    dtype = blocks[(0, 0, INPUT)].dtype
     return layer_from_canonical(
         spec,
         weights,
         biases,
-        owner="from_keras",
+        owner=owner,
         device=torch.device("cpu"),
-        dtype=dtype if dtype in (torch.float16, torch.float64) else torch.float32,
+        dtype=first.dtype if first.dtype in (torch.float16, torch.float64) else torch.float32,
     )
 
 
@@ -153,8 +162,14 @@ def _keras_blocks(layer: Any, mode: str) -> dict[str, Tensor]:
     """One direction's stacked blocks, Keras gate order, oriented ``[G*H, ...]`` like ours."""
     cell = getattr(layer, "cell", layer)
     values = {v.path.rsplit("/", 1)[-1]: np.asarray(v.numpy()) for v in cell.weights}
-    kernel = values["kernel"]
-    bias = values.get("bias")
+    return keras_blocks(values["kernel"], values["recurrent_kernel"], values.get("bias"), mode)
+
+
+def keras_blocks(
+    kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray | None, mode: str
+) -> dict[str, Tensor]:
+    """One direction's blocks from Keras arrays (``kernel [in, G*H]``, ``recurrent_kernel
+    [H, G*H]``, bias ``[G*H]``, GRU ``[2, 3H]``, or None), oriented ``[G*H, ...]`` like ours."""
     if bias is None:
         b_in = b_rec = np.zeros(kernel.shape[1], kernel.dtype)
     elif mode == CUDNN_GRU:  # reset_after: [input biases; recurrent biases]
@@ -163,7 +178,7 @@ def _keras_blocks(layer: Any, mode: str) -> dict[str, Tensor]:
         b_in, b_rec = bias, np.zeros_like(bias)
     arrays = {
         INPUT: kernel.T,
-        RECURRENT: values["recurrent_kernel"].T,
+        RECURRENT: recurrent_kernel.T,
         INPUT_BIAS: b_in,
         RECURRENT_BIAS: b_rec,
     }
