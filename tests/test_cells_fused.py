@@ -1,7 +1,7 @@
 """The drivers' fused path: equal to the step-by-step loop (gradients too) and to the oracle.
 
 ``dynamic_rnn`` and ``stack_bidirectional_dynamic_rnn`` hand stacks of the compatible cells to
-torch's fused kernel. Here the fused results are compared with the loop (``cells._run_loop``, or
+torch's fused kernel. Here the fused results are compared with the loop (``drivers._run_loop``, or
 the drivers with fusion switched off), with the NumPy oracle, and each test also checks which path
 ran: the loop is made to raise where the kernel must serve, the kernel where the loop must.
 """
@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import cells
 from cudnn_rnn.cells import (
     BasicRNNCell,
     BidirectionalStack,
@@ -24,6 +23,7 @@ from cudnn_rnn.cells import (
     CudnnCompatibleLSTMCell,
     LSTMStateTuple,
     MultiRNNCell,
+    drivers,
     dynamic_rnn,
     stack_bidirectional_dynamic_rnn,
 )
@@ -59,16 +59,16 @@ def _forbidden(name: str) -> Callable[..., Any]:
 def kernel_calls(*, loop: bool) -> Iterator[list[Call]]:
     """Record every kernel call; with ``loop=False`` the step-by-step loop raises."""
     calls: list[Call] = []
-    real = cells.run_kernel
+    real = drivers.run_kernel
 
     def spy(mode: str, *args: Any, **kwargs: Any) -> Any:
         calls.append((mode, kwargs["num_layers"], kwargs["bidirectional"]))
         return real(mode, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cells, "run_kernel", spy)
+        patch.setattr(drivers, "run_kernel", spy)
         if not loop:
-            patch.setattr(cells, "_run_loop", _forbidden("the step-by-step loop"))
+            patch.setattr(drivers, "_run_loop", _forbidden("the step-by-step loop"))
         yield calls
 
 
@@ -76,8 +76,8 @@ def kernel_calls(*, loop: bool) -> Iterator[list[Call]]:
 def loop_only() -> Iterator[None]:
     """The drivers as they were before fusion: no cell class is fusable, the kernel raises."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cells, "_FUSABLE", ())
-        patch.setattr(cells, "run_kernel", _forbidden("the fused kernel"))
+        patch.setattr(drivers, "_FUSABLE", ())
+        patch.setattr(drivers, "run_kernel", _forbidden("the fused kernel"))
         yield
 
 
@@ -89,7 +89,7 @@ def loop_dynamic_rnn(
     if state is None:
         state = cell.zero_state(int(x.shape[1]), x.dtype)
     lens = None if lengths is None else torch.as_tensor(lengths)
-    out, final = cells._run_loop(cell, x, state, lens)
+    out, final = drivers._run_loop(cell, x, state, lens)
     return (out if time_major else out.transpose(0, 1)), final
 
 

@@ -57,6 +57,14 @@ RUNTIME = tuple(
 )
 #: What core may import besides the standard library and itself: it is pure Python + NumPy.
 CORE_THIRD_PARTY = frozenset({"numpy"})
+#: The cells package, one concern a module, lowest first: the cells, the drivers that run them,
+#: the stacks that own cells and name them (``BidirectionalStack.forward`` is a driver). A module
+#: imports only those before it, never the package's facade.
+CELLS = f"{PACKAGE}.cells"
+CELLS_ORDER = tuple(f"{CELLS}.{name}" for name in ("compatible", "drivers", "stacks"))
+#: The one module that builds and parses TF's canonical names: pure, so in core, below every
+#: module that names tensors (the cells, the saveables, the command line).
+TF_NAMES = f"{CORE}.tf_names"
 #: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may import:
 #: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
 TF1_LAYERS: dict[str, frozenset[str]] = {
@@ -211,7 +219,8 @@ def describe(cycle: list[Edge]) -> str:
 def modules() -> dict[str, Path]:
     found = discover()
     # A parser that sees nothing passes every rule: make sure it saw the package.
-    assert {PACKAGE, CORE, f"{CORE}.layout", f"{CORE}.spec"} <= set(found), sorted(found)
+    expected = {PACKAGE, CORE, f"{CORE}.layout", f"{CORE}.spec", TF_NAMES, CELLS, *CELLS_ORDER}
+    assert expected <= set(found), sorted(expected - set(found))
     return found
 
 
@@ -287,6 +296,26 @@ def test_tf1_format_layers_import_only_downward(
         "a TF1 format layer imports a layer above it, or beside it (bundle -> table -> wire):\n"
         + "\n".join(bad)
     )
+
+
+def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:
+    rank = {module: i for i, module in enumerate(CELLS_ORDER)}
+    bad = [
+        f"{e.source} imports {e.target} ({e.where})"
+        for e in edges
+        if e.source in rank
+        and (e.target == CELLS or (e.target in rank and rank[e.target] >= rank[e.source]))
+    ]
+    assert not bad, (
+        "inside cudnn_rnn.cells, compatible <- drivers <- stacks, and no module imports the "
+        "package's facade:\n" + "\n".join(bad)
+    )
+
+
+def test_every_module_that_names_tensors_uses_tf_names(edges: list[Edge]) -> None:
+    users = {e.source for e in edges if e.target == TF_NAMES}
+    namers = {f"{PACKAGE}.saveable", f"{PACKAGE}.cli", *CELLS_ORDER}
+    assert namers <= users, f"not built with {TF_NAMES}: {sorted(namers - users)}"
 
 
 # -- the checker itself ----------------------------------------------------------------------------

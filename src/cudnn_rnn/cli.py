@@ -2,9 +2,10 @@
 
 ``cudnn-rnn inspect PATH`` lists tensors (name, shape, dtype) and the model configuration it
 detects, for our safetensors checkpoints, TF1 checkpoints (``PREFIX`` or ``PREFIX.index``), ONNX
-models and torch state_dicts (``.pt``/``.pth``). ``cudnn-rnn convert SRC DST`` moves one model
-between those formats; the destination's format follows its extension (``.safetensors``,
-``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
+models, torch state_dicts (``.pt``/``.pth``) and Keras 2 ``.h5`` files (read only; ``--layer``
+picks one RNN layer). ``cudnn-rnn convert SRC DST`` moves one model between those formats; the
+destination's format follows its extension (``.safetensors``, ``.onnx``, ``.pt``/``.pth``),
+anything else is written as a TF1 checkpoint prefix.
 ``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
 in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-rnn bench`` runs
 the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 
 from cudnn_rnn import atomic, checkpoint, convert, demo
+from cudnn_rnn.core import tf_names
+from cudnn_rnn.core.tf_names import TFName
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
@@ -35,17 +38,8 @@ from cudnn_rnn.saveable import (
     CudnnRNNTanhSaveable,
 )
 
-_NAME = re.compile(
-    r"^(?:(?P<scope>.+)/)?(?P<stack>rnn/multi_rnn_cell|stack_bidirectional_rnn)/cell_(?P<layer>\d+)/"
-    r"(?:bidirectional_rnn/(?P<dir>fw|bw)/)?"
-    r"(?P<cell>cudnn_compatible_lstm_cell|cudnn_compatible_gru_cell|basic_rnn_cell)/(?P<var>.+)$"
-)
-_CELL_MODES = {
-    "cudnn_compatible_lstm_cell": "lstm",
-    "cudnn_compatible_gru_cell": "gru",
-    "basic_rnn_cell": "rnn_tanh",
-}
 _TORCH_SUFFIXES = (".pt", ".pth")
+_KERAS_H5_SUFFIXES = (".h5", ".hdf5")
 _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
     "lstm": CudnnLSTMSaveable,
     "gru": CudnnGRUSaveable,
@@ -61,10 +55,10 @@ class UsageError(Exception):
 def detect_models(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, Any]]:
     """Model configurations implied by TF canonical names and shapes (one per scope and stack).
 
-    ``basic_rnn_cell`` does not record tanh or relu; such models are reported as ``rnn_tanh``
-    with ``"activation_known": False``. Groups of names that do not describe a model (a missing
-    layer-0 tensor, a shape of the wrong rank) are left out; :func:`detect_models_and_skipped`
-    also says why.
+    Names are read by :func:`cudnn_rnn.core.tf_names.parse`. ``basic_rnn_cell`` does not record
+    tanh or relu; such models are reported as ``rnn_tanh`` with ``"activation_known": False``.
+    Groups of names that do not describe a model (a missing layer-0 tensor, a shape of the wrong
+    rank) are left out; :func:`detect_models_and_skipped` also says why.
     """
     return detect_models_and_skipped(shapes)[0]
 
@@ -73,12 +67,12 @@ def detect_models_and_skipped(
     shapes: dict[str, tuple[int, ...]],
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """:func:`detect_models`, plus one line per group of names it could not interpret."""
-    groups: dict[tuple[str, str, str], list[tuple[re.Match[str], tuple[int, ...]]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[TFName, tuple[int, ...]]]] = {}
     for name, shape in shapes.items():
-        m = _NAME.match(name)
-        if m is None:
+        n = tf_names.parse(name)
+        if n is None:
             continue
-        groups.setdefault((m["scope"] or "", m["stack"], m["cell"]), []).append((m, shape))
+        groups.setdefault((n.scope or "", n.stack, n.cell), []).append((n, shape))
     models, skipped = [], []
     for (scope, stack, cell), members in sorted(groups.items()):
         try:
@@ -94,11 +88,11 @@ class _Uninterpretable(Exception):
 
 
 def _interpret(
-    scope: str, stack: str, cell: str, members: list[tuple[re.Match[str], tuple[int, ...]]]
+    scope: str, stack: str, cell: str, members: list[tuple[TFName, tuple[int, ...]]]
 ) -> dict[str, Any]:
-    if any(len(m["layer"]) > 6 for m, _ in members):
+    if any(n.layer > 999999 for n, _ in members):
         raise _Uninterpretable("a layer number above 999999")
-    first = {m["var"]: s for m, s in members if m["layer"] == "0" and m["dir"] != "bw"}
+    first = {n.variable: s for n, s in members if n.layer == 0 and n.direction != tf_names.BW}
 
     def dim(var: str, rank: int, axis: int) -> int:
         shape = first.get(var)
@@ -108,15 +102,17 @@ def _interpret(
             raise _Uninterpretable(f"layer-0 {var} has shape {list(shape)}, expected rank {rank}")
         return shape[axis]
 
-    mode = _CELL_MODES[cell]
+    modes = tf_names.CELL_MODES[cell]  # basic_rnn_cell: tanh (TF's default) or relu
+    mode = modes[0]
     if mode == "gru":
-        units = dim("candidate/input_projection/bias", 1, 0)
-        input_size = dim("candidate/input_projection/kernel", 2, 0)
+        units = dim(tf_names.CANDIDATE_INPUT_BIAS, 1, 0)
+        input_size = dim(tf_names.CANDIDATE_INPUT_KERNEL, 2, 0)
         proj = None
     else:
-        units = dim("bias", 1, 0) // (4 if mode == "lstm" else 1)
-        proj = dim("projection/kernel", 2, 1) if "projection/kernel" in first else None
-        input_size = dim("kernel", 2, 0) - (proj or units)
+        units = dim(tf_names.BIAS, 1, 0) // (4 if mode == "lstm" else 1)
+        has_proj = tf_names.PROJECTION_KERNEL in first
+        proj = dim(tf_names.PROJECTION_KERNEL, 2, 1) if has_proj else None
+        input_size = dim(tf_names.KERNEL, 2, 0) - (proj or units)
     if units < 1 or input_size < 1:
         raise _Uninterpretable(
             f"the layer-0 shapes imply {units} units and input size {input_size}"
@@ -124,12 +120,12 @@ def _interpret(
     return {
         "rnn_mode": mode,
         "scope": scope or None,
-        "num_layers": 1 + max(int(m["layer"]) for m, _ in members),
+        "num_layers": 1 + max(n.layer for n, _ in members),
         "num_units": units,
         "input_size": input_size,
         "num_proj": proj,
-        "direction": "bidirectional" if stack == "stack_bidirectional_rnn" else "unidirectional",
-        **({"activation_known": False} if cell == "basic_rnn_cell" else {}),
+        "direction": "bidirectional" if stack == tf_names.BIDIRECTIONAL_STACK else "unidirectional",
+        **({"activation_known": False} if len(modes) > 1 else {}),
     }
 
 
@@ -141,6 +137,8 @@ def _kind(path: str) -> str:
         return "onnx"
     if suffix in _TORCH_SUFFIXES:
         return "torch"
+    if suffix in _KERAS_H5_SUFFIXES:
+        return "keras_h5"
     return "safetensors"
 
 
@@ -148,6 +146,10 @@ def _tensor_shapes(path: str, kind: str) -> dict[str, tuple[tuple[int, ...], str
     if kind in ("tf", "safetensors"):
         # From the checked header or index alone: listing a file reads none of its data.
         return checkpoint.read_claims(path)
+    if kind == "keras_h5":
+        from cudnn_rnn.formats.keras_h5 import keras_h5_weights
+
+        return keras_h5_weights(path)  # shapes and dtypes only, no data read
     if kind == "torch":
         tensors = _torch_state(path)
     else:
@@ -201,13 +203,18 @@ _TORCH_KEY = re.compile(
 _GATES_MODE = {4: "lstm", 3: "gru", 1: "rnn_tanh"}
 
 
-def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
-    """One model from any supported file, as our layer.
+def load_layer(
+    path: str, activation: str | None = None, layer_name: str | None = None
+) -> _CudnnRNN:
+    """One model from any supported file, as our layer (``layer_name``: which RNN layer of a Keras
+    ``.h5`` file, needed when it holds several).
 
     Nothing is built before the file's tensors were checked against the model it describes
     (names, shapes, dtypes, and their bytes inside the file).
     """
     kind = _kind(path)
+    if kind == "keras_h5":
+        return _keras_h5_layer(path, activation, layer_name)
     if kind == "onnx":
         return convert.from_onnx(path)  # type: ignore[no-any-return]
     if kind == "torch":
@@ -221,7 +228,7 @@ def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
     if config.get("activation_known") is False:
         if activation is None:
             raise UsageError(
-                f"{path}: basic_rnn_cell does not say tanh or relu; pass "
+                f"{path}: {tf_names.BASIC_RNN_CELL} does not say tanh or relu; pass "
                 "--activation tanh or --activation relu."
             )
         mode = f"rnn_{activation}"
@@ -238,6 +245,31 @@ def load_layer(path: str, activation: str | None = None) -> _CudnnRNN:
         **kwargs,
     )
     checkpoint.load_into(path, [layer], tensors)
+    return layer
+
+
+def _keras_h5_options(activation: str | None) -> dict[str, Any]:
+    """``--activation`` for a Keras .h5 file: given, it says the plain layers of a weights-only
+    file used cuDNN's activations, its SimpleRNNs this one."""
+    return {
+        "assume_cudnn_activations": activation is not None,
+        "simple_rnn_activation": activation or "tanh",
+    }
+
+
+def _keras_h5_layer(path: str, activation: str | None, name: str | None) -> _CudnnRNN:
+    from cudnn_rnn.formats.keras_h5 import describe_keras_h5, from_keras_h5
+
+    options = _keras_h5_options(activation)
+    if name is None:
+        found = [m["layer"] for m in describe_keras_h5(path, **options)]
+        if len(found) != 1:
+            raise UsageError(
+                f"{path}: holds {len(found)} RNN layers"
+                + (f" ({_listed(found)}); pick one with --layer NAME." if found else ".")
+            )
+        name = str(found[0])
+    layer: _CudnnRNN = from_keras_h5(path, layers=[name], **options)[name]
     return layer
 
 
@@ -433,25 +465,29 @@ def _inspect(args: argparse.Namespace) -> None:
     width = max((len(n) for n in shapes), default=0)
     for name, (shape, dtype) in sorted(shapes.items()):
         print(f"  {name:<{width}}  {list(shape)!s:<14} {dtype}")
-    if kind in ("onnx", "torch"):
+    skipped: list[str] = []
+    if kind == "keras_h5":
+        from cudnn_rnn.formats.keras_h5 import describe_keras_h5
+
+        models = describe_keras_h5(args.path, **_keras_h5_options(args.activation))
+    elif kind in ("onnx", "torch"):
         layer = load_layer(args.path, args.activation)
         models = [{"rnn_mode": layer.rnn_mode, **layer.get_config()}]
     else:
         models = checkpoint.describe(args.path) if kind == "safetensors" else []
-        skipped: list[str] = []
         if not models:
             models, skipped = detect_models_and_skipped({n: s for n, (s, _) in shapes.items()})
     print(f"detected {len(models)} model(s):")
     for model in models:
         print("  " + ", ".join(f"{k}={v}" for k, v in model.items()))
-    if kind not in ("onnx", "torch") and skipped:
+    if skipped:
         print(f"names not understood as a model ({len(skipped)}):")
         for line in skipped[:20]:
             print(f"  {line}")
 
 
 def _convert(args: argparse.Namespace) -> None:
-    layer = load_layer(args.src, args.activation)
+    layer = load_layer(args.src, args.activation, args.layer)
     written = save_layer(layer, args.dst)
     print(
         f"{args.src} -> {args.dst} ({written}): {type(layer).__name__} "
@@ -463,7 +499,8 @@ DESCRIPTION = (
     "cudnn-rnn: TensorFlow 1.x's tf.contrib.cudnn_rnn re-created on PyTorch (cuDNN-exact LSTM, "
     "GRU and RNN layers on CPU and GPU). This command trains and verifies a demo model, inspects "
     "and converts RNN checkpoints and models (our safetensors, TF1 checkpoints without "
-    "TensorFlow, ONNX, torch state_dicts) and benchmarks the library against its peers."
+    "TensorFlow, ONNX, torch state_dicts, Keras 2 .h5 files) and benchmarks the library "
+    "against its peers."
 )
 EPILOG = "Run 'cudnn-rnn COMMAND --help' for the options of a command."
 
@@ -482,8 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="list the tensors and the detected model(s) of a file",
         description="List the tensors (name, shape, dtype) of PATH and the model(s) they "
-        "describe: our .safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx, or a "
-        "torch state_dict (.pt/.pth).",
+        "describe: our .safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx, a "
+        "torch state_dict (.pt/.pth), or a Keras 2 .h5 model or weights file (its RNN layers).",
     )
     inspect.add_argument("path")
     convert_cmd = sub.add_parser(
@@ -494,11 +531,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert_cmd.add_argument("src")
     convert_cmd.add_argument("dst")
+    convert_cmd.add_argument(
+        "--layer",
+        metavar="NAME",
+        help="which RNN layer of a Keras .h5 file to convert (when it holds several)",
+    )
     for p in (inspect, convert_cmd):
         p.add_argument(
             "--activation",
             choices=("tanh", "relu"),
-            help="for plain RNNs, whose files do not record it",
+            help="for plain RNNs, whose files do not record it (Keras .h5 weights-only files: "
+            "the plain layers used cuDNN's activations, SimpleRNNs this one)",
         )
     from cudnn_rnn import bench  # its options; the suite itself runs only in _bench
 

@@ -67,6 +67,15 @@ from cudnn_rnn.core.layout import (
     layout_of,
 )
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties
+from cudnn_rnn.core.tf_names import (
+    BIAS_NAMES,
+    CELL_NAMES,
+    DIRECTIONS,
+    KERNEL_NAMES,
+    PROJECTION_KERNEL,
+    direction_name,
+    variable_name,
+)
 from cudnn_rnn.validation import DTYPES, NUMPY_TO_TORCH, check_dtype, check_one_device
 
 __all__ = [
@@ -97,7 +106,7 @@ class _TFParam(NamedTuple):
 
     @property
     def label(self) -> str:
-        return f"layer {self.layer} {'bw' if self.direction else 'fw'} {self.name}"
+        return f"layer {self.layer} {DIRECTIONS[self.direction]} {self.name}"
 
 
 def _describe(spec: RNNSpec) -> str:
@@ -148,10 +157,10 @@ def _check_sequence(owner: str, what: str, value: object) -> Sequence[Any]:
 class CudnnParamsFormatConverter(SpecProperties):
     """Base of the converters between an opaque buffer and TF canonical tensors (abstract).
 
-    The mode is data: ``_rnn_mode`` and the TF names of one layer-direction's weights and biases.
-    Gates of the mode that TF keeps in one kernel are ``GATE_ORDERS["tf"][mode]``; the remaining
-    cuDNN gates (the GRU candidate ``h``) are saved apart as transposed input and hidden matrices
-    with their two biases.
+    The mode is data: ``_rnn_mode``, which picks the TF names of one layer-direction's weights
+    and biases (:mod:`cudnn_rnn.core.tf_names`). Gates of the mode that TF keeps in one kernel
+    are ``GATE_ORDERS["tf"][mode]``; the remaining cuDNN gates (the GRU candidate ``h``) are
+    saved apart as transposed input and hidden matrices with their two biases.
 
     ``dtype=None`` computes in the dtype of the given tensors; a dtype converts them to it.
 
@@ -163,11 +172,6 @@ class CudnnParamsFormatConverter(SpecProperties):
     """
 
     _rnn_mode: ClassVar[str]
-    #: TF names, relative to the cell scope, of one layer-direction's weights and biases: the
-    #: kernel (bias) first, then an input and a hidden entry per gate kept out of the kernel.
-    _weight_names: ClassVar[tuple[str, ...]] = ("kernel",)
-    _bias_names: ClassVar[tuple[str, ...]] = ("bias",)
-    _proj_name: ClassVar[str] = "projection/kernel"
 
     def __init__(
         self,
@@ -235,6 +239,8 @@ class CudnnParamsFormatConverter(SpecProperties):
         spec, h = self._spec, self._spec.num_units
         hout = spec.output_units
         weights, biases, proj = [], [], []
+        # The kernel (bias) first, then an input and a hidden entry per gate kept out of it.
+        weight_names, bias_names = KERNEL_NAMES[spec.mode], BIAS_NAMES[spec.mode]
         for layer, d in self._pseudo_layers():
             in_w = spec.layer_input_size(layer)
             w_shapes = [(in_w + hout, len(self._tf_gates) * h)]
@@ -243,13 +249,11 @@ class CudnnParamsFormatConverter(SpecProperties):
                 w_shapes += [(in_w, h), (hout, h)]
                 b_shapes += [(h,), (h,)]
             weights += [
-                _TFParam(layer, d, n, s) for n, s in zip(self._weight_names, w_shapes, strict=True)
+                _TFParam(layer, d, n, s) for n, s in zip(weight_names, w_shapes, strict=True)
             ]
-            biases += [
-                _TFParam(layer, d, n, s) for n, s in zip(self._bias_names, b_shapes, strict=True)
-            ]
+            biases += [_TFParam(layer, d, n, s) for n, s in zip(bias_names, b_shapes, strict=True)]
             if spec.num_proj is not None:
-                proj.append(_TFParam(layer, d, self._proj_name, (h, spec.num_proj)))
+                proj.append(_TFParam(layer, d, PROJECTION_KERNEL, (h, spec.num_proj)))
         return weights, biases, proj
 
     def _target_dtype(self, tensors: Sequence[Tensor], what: str) -> torch.dtype:
@@ -437,16 +441,6 @@ class CudnnParamsFormatConverterGRU(CudnnParamsFormatConverter):
     """
 
     _rnn_mode = CUDNN_GRU
-    _weight_names = (
-        "gates/kernel",
-        "candidate/input_projection/kernel",
-        "candidate/hidden_projection/kernel",
-    )
-    _bias_names = (
-        "gates/bias",
-        "candidate/input_projection/bias",
-        "candidate/hidden_projection/bias",
-    )
 
 
 class CudnnParamsFormatConverterTanh(CudnnParamsFormatConverter):
@@ -498,8 +492,8 @@ class _Entry(NamedTuple):
 class CudnnOpaqueParamsSaveable(SpecProperties):
     """Saves an opaque buffer as TF canonical tensors and restores them into it (abstract).
 
-    Subclasses set the mode as class data: ``_rnn_mode``, ``_format_converter_cls`` and
-    ``_rnn_cell_name``. Names are those of TF's compatible cells (see ``_tf_canonical_names``):
+    Subclasses set the mode as class data: ``_rnn_mode`` and ``_format_converter_cls``. Names
+    are those of TF's compatible cells (:mod:`cudnn_rnn.core.tf_names`, ``_tf_canonical_names``):
     all weights, then all biases, layer 0 fw, layer 0 bw, layer 1 fw, ... ``num_proj`` is an
     extension (r1.15's saveables had none): each LSTM layer-direction's ``projection/kernel``
     ``[H, P]`` follows its kernel in the weight list.
@@ -517,7 +511,6 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
 
     _rnn_mode: ClassVar[str]
     _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]]
-    _rnn_cell_name: ClassVar[str]
 
     def __init__(
         self,
@@ -590,12 +583,16 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         return opaque
 
     # -- names ----------------------------------------------------------------------------------
-    def _cell_prefix(self, layer: int, direction: int) -> str:
+    @property
+    def _rnn_cell_name(self) -> str:
+        """The cell scope of the names (TF's compatible cell of the mode)."""
+        return CELL_NAMES[self._rnn_mode]
+
+    def _full_name(self, p: _TFParam) -> str:
+        """The full checkpoint name of one TF canonical tensor."""
+        direction = direction_name(p.direction, self._spec.bidirectional)
         cell = self._rnn_cell_name
-        if self._spec.bidirectional:
-            d = "bw" if direction else "fw"
-            return f"stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{d}/{cell}"
-        return f"rnn/multi_rnn_cell/cell_{layer}/{cell}"
+        return variable_name(p.layer, cell, p.name, direction=direction, scope=self._scope)
 
     def _make_entries(self) -> tuple[_Entry, ...]:
         conv = self._format_converter
@@ -613,11 +610,7 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         weights = [t for t in tagged if t[0] != "biases"]
         ordered = sorted(weights, key=lambda t: (t[2].layer, t[2].direction))
         ordered += [t for t in tagged if t[0] == "biases"]
-        scope = f"{self._scope}/" if self._scope else ""
-        return tuple(
-            _Entry(f"{scope}{self._cell_prefix(p.layer, p.direction)}/{p.name}", p.shape, g, i)
-            for g, i, p in ordered
-        )
+        return tuple(_Entry(self._full_name(p), p.shape, g, i) for g, i, p in ordered)
 
     def _tf_canonical_names(self) -> list[str]:
         """Full checkpoint names, in save order: all weights, then all biases."""
@@ -758,7 +751,6 @@ class CudnnLSTMSaveable(CudnnOpaqueParamsSaveable):
     _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
         CudnnParamsFormatConverterLSTM
     )
-    _rnn_cell_name = "cudnn_compatible_lstm_cell"
 
 
 class CudnnGRUSaveable(CudnnOpaqueParamsSaveable):
@@ -774,7 +766,6 @@ class CudnnGRUSaveable(CudnnOpaqueParamsSaveable):
 
     _rnn_mode = CUDNN_GRU
     _format_converter_cls = CudnnParamsFormatConverterGRU
-    _rnn_cell_name = "cudnn_compatible_gru_cell"
 
 
 class CudnnRNNTanhSaveable(CudnnLSTMSaveable):
@@ -791,7 +782,6 @@ class CudnnRNNTanhSaveable(CudnnLSTMSaveable):
     _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
         CudnnParamsFormatConverterTanh
     )
-    _rnn_cell_name = "basic_rnn_cell"
 
 
 class CudnnRNNReluSaveable(CudnnLSTMSaveable):
@@ -807,4 +797,3 @@ class CudnnRNNReluSaveable(CudnnLSTMSaveable):
     _format_converter_cls: ClassVar[type[CudnnParamsFormatConverter]] = (
         CudnnParamsFormatConverterRelu
     )
-    _rnn_cell_name = "basic_rnn_cell"

@@ -1,0 +1,275 @@
+"""TF1's canonical checkpoint names: the one module that builds and parses them.
+
+``tf.contrib.cudnn_rnn``'s saveables store a model under the variable names of TF's step-by-step
+cells, run by ``dynamic_rnn`` over a ``MultiRNNCell`` (unidirectional) or by
+``stack_bidirectional_dynamic_rnn`` (bidirectional). docs/checkpoint_format.md is normative; per
+layer ``l`` (0-based)::
+
+    unidirectional: [<scope>/]rnn/multi_rnn_cell/cell_<l>/<cell>/<variable>
+    bidirectional:  [<scope>/]stack_bidirectional_rnn/cell_<l>/bidirectional_rnn/<fw|bw>/
+                    <cell>/<variable>
+
+    <cell>      cudnn_compatible_lstm_cell (lstm), cudnn_compatible_gru_cell (gru),
+                basic_rnn_cell (rnn_tanh and rnn_relu: the name does not say which)
+    <variable>  lstm, rnn_*  kernel, bias; lstm with num_proj also projection/kernel
+                gru          gates/kernel, gates/bias, candidate/input_projection/{kernel,bias},
+                             candidate/hidden_projection/{kernel,bias}
+
+Everything here is data and string functions (no torch): the saveables, the compatible cells and
+their stacks build their names with :func:`cell_scope` / :func:`variable_name` and the tables
+below, and the command line reads names back with :func:`parse`, so what one writes the other
+reads. ``str(parse(name)) == name`` for every name :func:`parse` accepts.
+
+>>> variable_name(1, CELL_NAMES["gru"], GATES_KERNEL, direction=BW, scope="m")
+'m/stack_bidirectional_rnn/cell_1/bidirectional_rnn/bw/cudnn_compatible_gru_cell/gates/kernel'
+>>> parse("m/rnn/multi_rnn_cell/cell_0/basic_rnn_cell/kernel")
+TFName(scope='m', layer=0, direction=None, cell='basic_rnn_cell', variable='kernel')
+>>> parse("global_step") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+
+__all__ = [
+    "BASIC_RNN_CELL",
+    "BIAS",
+    "BIAS_NAMES",
+    "BIDIRECTIONAL_STACK",
+    "BW",
+    "CANDIDATE_HIDDEN_BIAS",
+    "CANDIDATE_HIDDEN_KERNEL",
+    "CANDIDATE_INPUT_BIAS",
+    "CANDIDATE_INPUT_KERNEL",
+    "CELL_MODES",
+    "CELL_NAMES",
+    "DIRECTIONS",
+    "FW",
+    "GATES_BIAS",
+    "GATES_KERNEL",
+    "GRU_CELL",
+    "KERNEL",
+    "KERNEL_NAMES",
+    "LSTM_CELL",
+    "PROJECTION_KERNEL",
+    "UNIDIRECTIONAL_STACK",
+    "TFName",
+    "cell_scope",
+    "direction_name",
+    "is_kernel",
+    "parse",
+    "scope_prefix",
+    "variable_name",
+]
+
+# -- cells ------------------------------------------------------------------------------------
+
+LSTM_CELL = "cudnn_compatible_lstm_cell"
+GRU_CELL = "cudnn_compatible_gru_cell"
+BASIC_RNN_CELL = "basic_rnn_cell"
+
+#: The cell scope of each cuDNN mode.
+CELL_NAMES: Mapping[str, str] = MappingProxyType(
+    {
+        CUDNN_LSTM: LSTM_CELL,
+        CUDNN_GRU: GRU_CELL,
+        CUDNN_RNN_TANH: BASIC_RNN_CELL,
+        CUDNN_RNN_RELU: BASIC_RNN_CELL,
+    }
+)
+#: The modes a cell scope may stand for, the likelier first (``basic_rnn_cell``: TF's default
+#: activation, tanh, then relu).
+CELL_MODES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        LSTM_CELL: (CUDNN_LSTM,),
+        GRU_CELL: (CUDNN_GRU,),
+        BASIC_RNN_CELL: (CUDNN_RNN_TANH, CUDNN_RNN_RELU),
+    }
+)
+
+# -- variables (relative to the cell scope) ---------------------------------------------------
+
+KERNEL = "kernel"
+BIAS = "bias"
+#: LSTM with ``num_proj`` (an extension of r1.15's saveables, named as TF's ``LSTMCell``).
+PROJECTION_KERNEL = "projection/kernel"
+GATES_KERNEL = "gates/kernel"
+GATES_BIAS = "gates/bias"
+CANDIDATE_INPUT_KERNEL = "candidate/input_projection/kernel"
+CANDIDATE_INPUT_BIAS = "candidate/input_projection/bias"
+CANDIDATE_HIDDEN_KERNEL = "candidate/hidden_projection/kernel"
+CANDIDATE_HIDDEN_BIAS = "candidate/hidden_projection/bias"
+
+_GRU_KERNELS = (GATES_KERNEL, CANDIDATE_INPUT_KERNEL, CANDIDATE_HIDDEN_KERNEL)
+_GRU_BIASES = (GATES_BIAS, CANDIDATE_INPUT_BIAS, CANDIDATE_HIDDEN_BIAS)
+
+#: One layer-direction's kernels per mode, in the order TF's saveables list them (the one that
+#: holds the gates first, then the input and the hidden kernel of the GRU candidate).
+#: ``PROJECTION_KERNEL`` is not listed: it exists only with ``num_proj``.
+KERNEL_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        CUDNN_LSTM: (KERNEL,),
+        CUDNN_GRU: _GRU_KERNELS,
+        CUDNN_RNN_TANH: (KERNEL,),
+        CUDNN_RNN_RELU: (KERNEL,),
+    }
+)
+#: The biases per mode, in the order of their kernels.
+BIAS_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        CUDNN_LSTM: (BIAS,),
+        CUDNN_GRU: _GRU_BIASES,
+        CUDNN_RNN_TANH: (BIAS,),
+        CUDNN_RNN_RELU: (BIAS,),
+    }
+)
+
+
+def is_kernel(variable: str) -> bool:
+    """Whether a variable (relative to the cell scope) is a kernel; the others are biases.
+
+    >>> is_kernel(CANDIDATE_HIDDEN_KERNEL), is_kernel(GATES_BIAS)
+    (True, False)
+    """
+    return variable.rsplit("/", 1)[-1] == KERNEL
+
+
+# -- stacks -----------------------------------------------------------------------------------
+
+#: ``dynamic_rnn``'s scope ``rnn`` around a ``MultiRNNCell``'s scope.
+UNIDIRECTIONAL_STACK = "rnn/multi_rnn_cell"
+#: ``stack_bidirectional_dynamic_rnn``'s scope.
+BIDIRECTIONAL_STACK = "stack_bidirectional_rnn"
+FW = "fw"
+BW = "bw"
+#: Direction index (0 forward, 1 backward, as in the layout's pseudo-layers) -> its name.
+DIRECTIONS = (FW, BW)
+
+
+def direction_name(direction: int, bidirectional: bool) -> str | None:
+    """The direction part of a name: None for a unidirectional model, else ``fw``/``bw``.
+
+    >>> direction_name(0, False), direction_name(1, True)
+    (None, 'bw')
+    """
+    return DIRECTIONS[direction] if bidirectional else None
+
+
+def scope_prefix(scope: str | None) -> str:
+    """``"<scope>/"``, or ``""`` for no scope (None or ``""``).
+
+    >>> scope_prefix("main"), scope_prefix(None)
+    ('main/', '')
+    """
+    return f"{scope}/" if scope else ""
+
+
+def cell_scope(
+    layer: int, cell: str, *, direction: str | None = None, scope: str | None = None
+) -> str:
+    """The full scope of one cell's variables (no trailing ``/``).
+
+    ``direction`` None names a layer of a ``MultiRNNCell``; ``fw``/``bw`` one direction of a
+    layer of ``stack_bidirectional_dynamic_rnn``.
+
+    >>> cell_scope(0, LSTM_CELL)
+    'rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell'
+    >>> cell_scope(2, BASIC_RNN_CELL, direction=FW, scope="s")
+    's/stack_bidirectional_rnn/cell_2/bidirectional_rnn/fw/basic_rnn_cell'
+    """
+    if type(layer) is not int or layer < 0:
+        raise ValueError(f"tf_names: layer must be an int >= 0, got {layer!r}.")
+    if cell not in CELL_MODES:
+        raise ValueError(f"tf_names: cell must be one of {', '.join(CELL_MODES)}, got {cell!r}.")
+    if direction is None:
+        stack = f"{UNIDIRECTIONAL_STACK}/cell_{layer}"
+    elif direction in DIRECTIONS:
+        stack = f"{BIDIRECTIONAL_STACK}/cell_{layer}/bidirectional_rnn/{direction}"
+    else:
+        raise ValueError(f"tf_names: direction must be None, 'fw' or 'bw', got {direction!r}.")
+    return f"{scope_prefix(scope)}{stack}/{cell}"
+
+
+def variable_name(
+    layer: int,
+    cell: str,
+    variable: str,
+    *,
+    direction: str | None = None,
+    scope: str | None = None,
+) -> str:
+    """The full checkpoint name of one variable (see :func:`cell_scope`)."""
+    return f"{cell_scope(layer, cell, direction=direction, scope=scope)}/{variable}"
+
+
+# -- parsing ----------------------------------------------------------------------------------
+
+#: A layer number as TF writes it (no leading zeros), of at most 18 digits: larger ones are no
+#: model's and are not worth turning into an int.
+_LAYER = r"0|[1-9][0-9]{0,17}"
+_NAME = re.compile(
+    r"(?:(?P<scope>.+)/)?"  # greedy: a scope may itself contain a stack's words
+    rf"(?:{re.escape(UNIDIRECTIONAL_STACK)}/cell_(?P<layer>{_LAYER})"
+    rf"|{re.escape(BIDIRECTIONAL_STACK)}/cell_(?P<bilayer>{_LAYER})"
+    rf"/bidirectional_rnn/(?P<direction>{'|'.join(DIRECTIONS)}))"
+    rf"/(?P<cell>{'|'.join(map(re.escape, CELL_MODES))})/(?P<variable>.+)"
+)
+
+
+@dataclass(frozen=True)
+class TFName:
+    """One canonical name, taken apart; ``str()`` builds it again.
+
+    >>> name = TFName(None, 3, BW, GRU_CELL, CANDIDATE_INPUT_BIAS)
+    >>> name.stack, name.bidirectional
+    ('stack_bidirectional_rnn', True)
+    >>> str(name).split("/")[2:5]
+    ['bidirectional_rnn', 'bw', 'cudnn_compatible_gru_cell']
+    """
+
+    scope: str | None  # None: no scope
+    layer: int
+    direction: str | None  # None: unidirectional; else "fw" or "bw"
+    cell: str  # a key of CELL_MODES
+    variable: str  # relative to the cell scope, e.g. "kernel" or "gates/bias"
+
+    @property
+    def bidirectional(self) -> bool:
+        return self.direction is not None
+
+    @property
+    def stack(self) -> str:
+        """``UNIDIRECTIONAL_STACK`` or ``BIDIRECTIONAL_STACK``."""
+        return BIDIRECTIONAL_STACK if self.bidirectional else UNIDIRECTIONAL_STACK
+
+    @property
+    def cell_scope(self) -> str:
+        return cell_scope(self.layer, self.cell, direction=self.direction, scope=self.scope)
+
+    def __str__(self) -> str:
+        return f"{self.cell_scope}/{self.variable}"
+
+
+def parse(name: str) -> TFName | None:
+    """``name`` taken apart, or None when it is not a canonical name (e.g. ``global_step``).
+
+    Only the layout of the name is checked, not whether ``variable`` belongs to the cell; no
+    part may hold a line break. When the words of a stack occur more than once, the last
+    occurrence is the stack and what comes before it the scope.
+
+    >>> parse("a/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/projection/kernel").variable
+    'projection/kernel'
+    >>> parse("rnn/multi_rnn_cell/cell_01/basic_rnn_cell/bias") is None  # TF writes cell_1
+    True
+    """
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    layer = m["layer"] if m["layer"] is not None else m["bilayer"]
+    return TFName(m["scope"], int(layer), m["direction"], m["cell"], m["variable"])
