@@ -10,6 +10,10 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 import pytest
 import torch
 
+# The scripts that wrote the fixtures run with real TensorFlow / tf-keras in a separate
+# environment (see their docstrings); they are not tests and import what the test run lacks.
+collect_ignore_glob = ["fixtures/*"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

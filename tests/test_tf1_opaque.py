@@ -338,11 +338,30 @@ def _cudnn_cases() -> list[str]:
 _MODES = {"LSTM": "lstm", "GRU": "gru", "RNN": "rnn_tanh", "RNN_RELU": "rnn_relu"}
 
 
+def _canonical_of_torch(
+    spec: RNNSpec, get: Callable[[str], np.ndarray]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Our canonical weights and biases (exact) from torch.nn's parameters, ``get(name)``."""
+    layout, h = layout_of(spec), spec.num_units
+    gates = CUDNN_GATES[spec.mode]
+
+    def part(p, weight: bool) -> np.ndarray:
+        suffix = f"_l{p.layer}" + ("_reverse" if p.direction else "")
+        if p.kind == PROJECTION:
+            return get(f"weight_hr{suffix}")
+        kind = ("weight_" if weight else "bias_") + (
+            "ih" if p.kind in (INPUT, INPUT_BIAS) else "hh"
+        )
+        g = gates.index(p.gate)
+        return np.ascontiguousarray(get(f"{kind}{suffix}")[g * h : (g + 1) * h])
+
+    return [part(p, True) for p in layout.weights], [part(p, False) for p in layout.biases]
+
+
 def _torch_case(case: str):
     """spec, buffer, our canonical weights and biases (exact) of one real cuDNN buffer."""
     with safe_open(CUDNN, "np") as f:
         m = json.loads(f.metadata()[case])
-        get = f.get_tensor
         spec = RNNSpec(
             _MODES[m["module"]],
             m["num_layers"],
@@ -352,22 +371,8 @@ def _torch_case(case: str):
             "bidirectional" if m["bidirectional"] else "unidirectional",
             m["proj_size"] or None,
         )
-        layout, h = layout_of(spec), spec.num_units
-        gates = CUDNN_GATES[spec.mode]
-
-        def part(p, weight: bool) -> np.ndarray:
-            suffix = f"_l{p.layer}" + ("_reverse" if p.direction else "")
-            if p.kind == PROJECTION:
-                return get(f"{case}/weight_hr{suffix}")
-            kind = ("weight_" if weight else "bias_") + (
-                "ih" if p.kind in (INPUT, INPUT_BIAS) else "hh"
-            )
-            g = gates.index(p.gate)
-            return np.ascontiguousarray(get(f"{case}/{kind}{suffix}")[g * h : (g + 1) * h])
-
-        weights = [part(p, True) for p in layout.weights]
-        biases = [part(p, False) for p in layout.biases]
-        return spec, get(f"{case}/buffer"), weights, biases
+        weights, biases = _canonical_of_torch(spec, lambda name: f.get_tensor(f"{case}/{name}"))
+        return spec, f.get_tensor(f"{case}/buffer"), weights, biases
 
 
 def _sums(spec: RNNSpec, biases: list[np.ndarray]) -> dict[tuple[int, int, str], np.ndarray]:
@@ -387,6 +392,45 @@ def test_discovery_finds_real_cudnn_layouts(case: str) -> None:
     spec, buffer, weights, biases = _torch_case(case)
     found = discover(spec, buffer, weights, [None] * len(biases), _sums(spec, biases))
     assert found.padding == 0
+    assert np.array_equal(found.to_ours(buffer), layout_of(spec).pack(weights, biases))
+
+
+LIVE = [  # (spec, torch dtype): larger and odd sizes than the fixture, half precision too
+    (RNNSpec("lstm", 3, 64, 33, direction="bidirectional"), torch.float32),
+    (RNNSpec("lstm", 2, 17, 5, num_proj=7), torch.float32),
+    (RNNSpec("gru", 2, 48, 30, direction="bidirectional"), torch.float16),
+    (RNNSpec("rnn_tanh", 1, 129, 3), torch.float64),
+    (RNNSpec("rnn_relu", 2, 9, 4, direction="bidirectional"), torch.float32),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("spec,dtype", LIVE, ids=lambda v: getattr(v, "mode", str(v)))
+def test_discovery_finds_the_buffer_cudnn_flattens_now(spec: RNNSpec, dtype: torch.dtype) -> None:
+    """On a GPU: the buffer torch.nn.*.cuda().flatten_parameters() has cuDNN lay out, found."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.manual_seed(0)
+    args = (spec.input_size, spec.num_units, spec.num_layers)
+    bi = spec.direction == "bidirectional"
+    module: torch.nn.RNNBase
+    if spec.mode == "lstm":
+        module = torch.nn.LSTM(*args, bidirectional=bi, proj_size=spec.num_proj or 0)
+    elif spec.mode == "gru":
+        module = torch.nn.GRU(*args, bidirectional=bi)
+    else:
+        module = torch.nn.RNN(*args, bidirectional=bi, nonlinearity=spec.mode[4:])
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-1.0, 1.0)
+    module = module.to("cuda", dtype)
+    module.flatten_parameters()
+    params = {n: p.detach() for n, p in module.named_parameters()}
+    storage = next(iter(params.values())).untyped_storage()
+    buffer = torch.empty(0, dtype=dtype, device="cuda").set_(storage).cpu().numpy()
+    weights, biases = _canonical_of_torch(spec, lambda name: params[name].cpu().numpy())
+    sums = {k: v.astype(buffer.dtype) for k, v in _sums(spec, biases).items()}
+    found = discover(spec, buffer, weights, [None] * len(biases), sums)
     assert np.array_equal(found.to_ours(buffer), layout_of(spec).pack(weights, biases))
 
 

@@ -3,12 +3,12 @@
 :func:`to_onnx` writes a layer as the graph that :mod:`cudnn_rnn.formats.onnx_graph` builds (one
 node per layer, both directions in it; graph input ``X``, and on request ``sequence_lens``,
 ``initial_h``, ``initial_c``; outputs ``Y``, ``Y_h``, ``Y_c``; that module's docstring draws the
-weights and shapes). The weights are written exactly, so the layer comes back bit for bit; ``skip_input`` is
-written as the identity ``W`` that the canonical form holds (exact math), and recorded in the
-model's metadata so that :func:`from_onnx` restores the input mode. LSTM projection has no ONNX
-counterpart and is refused. float16, float32 and float64 models are valid ONNX (bfloat16 from
-opset 22), but onnxruntime's CPU kernels of these operators run float32 only (1.31: LSTM and GRU
-"do not support double yet", RNN has no double kernel).
+weights and shapes). The weights are written exactly, so the layer comes back bit for bit;
+``skip_input`` is written as the identity ``W`` that the canonical form holds (exact math), and
+recorded in the model's metadata so that :func:`from_onnx` restores the input mode. LSTM projection
+has no ONNX counterpart and is refused. float16, float32 and float64 models are valid ONNX (bfloat16
+from opset 22), but onnxruntime's CPU kernels of these operators run float32 only (1.31: LSTM and
+GRU "do not support double yet", RNN has no double kernel).
 
 :func:`from_onnx` reads models made by :func:`to_onnx` and by ``torch.onnx.export`` of
 ``torch.nn.LSTM/GRU/RNN``: the TorchScript exporter (``dynamo=False``), with or without
