@@ -715,6 +715,12 @@ Tests marked `cuda` skip without a GPU; `make gpu-check` runs them all (`pytest 
   values and gradients (float64).
 - `tests/test_convert_torch.py::test_cuda_device_is_kept`: converting a CUDA layer to `torch.nn`
   and back keeps it on the GPU.
+- `tests/test_tf1_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
+  discovery that reads TF1 checkpoints' opaque kernels (`formats/cudnn_layout.py`), given only a
+  `torch.nn` module's matrices and each gate's bias sum, finds the buffer cuDNN lays out for it
+  right now (LSTM 3-layer bidirectional and with projection, GRU in float16, RNN-tanh in float64,
+  RNN-relu) and splits both biases exactly. `tests/fixtures/cudnn/` keeps nine such buffers, so
+  the same check also runs without a GPU.
 
 ## Known copies on CUDA (inference engine, by design)
 
