@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MIGRATION = ROOT / "docs" / "migration.md"
 
 #: Sections whose Python blocks run as written (heading text, as in the file).
-RUNNABLE = ("ONNX models that run with X alone", "Keras 2 .h5 files")
+RUNNABLE = (
+    "ONNX models that run with X alone",
+    "Keras 2 .h5 files",
+    "TF1 training checkpoints with optimizer state",
+)
 
 
 def section_blocks(heading: str) -> list[str]:
