@@ -388,3 +388,54 @@ def test_a_loaded_model_with_external_data_is_refused(tmp_path: Path) -> None:
     _, model = external_model(tmp_path)
     with pytest.raises(OnnxFormatError, match=r"keep their data in external files.* path"):
         from_onnx(model)
+
+
+# -- initial states and lengths the layer would not see --------------------------------------------
+
+
+def _state_model(tmp_path: Path, what: str, value: np.ndarray) -> Any:
+    """Our 1-layer LSTM model (all inputs declared) with its graph input ``what``
+    (sequence_lens or initial_h) replaced by a constant of ``value``."""
+    from onnx import numpy_helper
+
+    model = our_model(tmp_path, "lstm")
+    model.graph.initializer.append(numpy_helper.from_array(value, what))
+    del model.graph.input[[i.name for i in model.graph.input].index(what)]
+    return model
+
+
+def test_zero_initial_state_constant_is_accepted(tmp_path: Path) -> None:
+    model = _state_model(tmp_path, "initial_h", np.zeros((1, 3, 4), np.float32))
+    layer = from_onnx(model)
+    assert layer.num_units == 4
+
+
+def test_non_zero_initial_state_constant_is_refused(tmp_path: Path) -> None:
+    model = _state_model(tmp_path, "initial_h", np.full((1, 3, 4), 0.5, np.float32))
+    with pytest.raises(OnnxFormatError, match=r"the initial_h of LSTM node .* not from graph"):
+        from_onnx(model)
+
+
+def test_constant_sequence_lens_is_refused(tmp_path: Path) -> None:
+    model = _state_model(tmp_path, "sequence_lens", np.array([5, 2, 1], np.int32))
+    with pytest.raises(OnnxFormatError, match=r"the sequence_lens of LSTM node .* a graph input"):
+        from_onnx(model)
+
+
+def test_torch_export_zero_states_are_accepted(tmp_path: Path) -> None:
+    """torch.onnx.export of an nn.LSTM called without states makes them with ConstantOfShape
+    of a shape computed from X's: zeros, which our layer starts from too."""
+    import warnings
+
+    module = torch.nn.LSTM(3, 4, 2, bidirectional=True)
+    path = tmp_path / "t.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, (torch.randn(5, 2, 3),), str(path), dynamo=False, input_names=["X"],
+            dynamic_axes={"X": {0: "T", 1: "B"}},
+        )  # fmt: skip
+    layer = from_onnx(path)
+    x = torch.randn(6, 2, 3)
+    with torch.no_grad():
+        assert torch.allclose(layer(x)[0], module(x)[0], atol=1e-6)

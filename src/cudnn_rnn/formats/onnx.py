@@ -30,6 +30,7 @@ import importlib
 import itertools
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +172,15 @@ _LAYOUT_OPS: dict[str, tuple[int, ...] | None] = {
     "Squeeze": (0,),
     "Transpose": (0,),
     "Unsqueeze": (0,),
+}
+#: What carries an RNN node's initial state or sequence lengths to it without changing a value:
+#: the layout ops, and picking or repeating values (data input 0 only).
+_STATE_OPS: dict[str, tuple[int, ...] | None] = {
+    **_LAYOUT_OPS,
+    "Cast": (0,),
+    "Expand": (0,),
+    "Gather": (0,),
+    "Slice": (0,),
 }
 _STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -359,6 +369,7 @@ def from_onnx(source: str | os.PathLike[str] | Any, *, input_mode: str | None = 
     flow = _Graph(onnx, model, owner)
     nodes = [_read_node(onnx, n, flow, owner) for n in rnn_nodes]
     _check_data_flow(flow, rnn_nodes, owner)
+    _check_states(flow, rnn_nodes, owner)
     first = nodes[0]
     for n in nodes[1:]:
         if (n.mode, n.hidden, n.dirs) != (first.mode, first.hidden, first.dirs):
@@ -498,6 +509,33 @@ def _check_data_flow(flow: _Graph, rnn_nodes: list[Any], owner: str) -> None:
         )
 
 
+def _check_states(flow: _Graph, rnn_nodes: list[Any], owner: str) -> None:
+    """Refuse RNN nodes whose ``sequence_lens`` or initial states our layer would not see.
+
+    Our layer starts from the states it is called with (zeros by default) over the lengths it
+    is called with (full by default). A node's ``initial_h``/``initial_c`` must therefore come
+    from graph inputs (the caller's states) or be zeros; its ``sequence_lens`` must come from a
+    graph input. A non-zero constant state or constant lengths would be silently dropped.
+    """
+    for node in rnn_nodes:
+        label = f"{node.op_type} node {node.name!r}"
+        for index, what in ((4, "sequence_lens"), (5, "initial_h"), (6, "initial_c")):
+            name = node.input[index] if len(node.input) > index else ""
+            if not name:
+                continue
+            leaves = flow.data_sources(name, _STATE_OPS)
+            if all(flow.is_runtime_input(leaf) for leaf in leaves):
+                continue
+            if what != "sequence_lens" and all(flow.is_zero(leaf) for leaf in leaves):
+                continue
+            wanted = "a graph input" if what == "sequence_lens" else "graph inputs or zeros"
+            raise OnnxFormatError(
+                f"{owner}: the {what} of {label} comes from {flow.describe(leaves)}, not from "
+                f"{wanted}; our layer computes from the {what.split('_')[-1]} it is called with, "
+                "so it would not compute what this model computes."
+            )
+
+
 def _as_tensor(a: np.ndarray) -> Tensor:
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16, which torch.from_numpy cannot take
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(torch.bfloat16)
@@ -557,9 +595,12 @@ class _Graph:
                 stack.extend(node.input)
         return names, [n for n in self._model.graph.node if id(n) in nodes]  # graph order
 
-    def data_sources(self, name: str) -> list[str]:
-        """The tensors whose data ``name`` is, through layout ops (their data inputs only), in
-        order; a tensor reached twice is listed twice (and not followed again)."""
+    def data_sources(
+        self, name: str, ops: Mapping[str, tuple[int, ...] | None] = _LAYOUT_OPS
+    ) -> list[str]:
+        """The tensors whose data ``name`` is, through ``ops`` (their data inputs only; layout
+        ops by default), in order; a tensor reached twice is listed twice (and not followed
+        again)."""
         leaves: list[str] = []
         seen: set[str] = set()
         stack = [name]
@@ -570,7 +611,7 @@ class _Graph:
                 leaves.append(current)
                 continue
             seen.add(current)
-            data = _LAYOUT_OPS.get(node.op_type, ())
+            data = ops.get(node.op_type, ())
             if data == ():
                 leaves.append(current)
                 continue
@@ -578,6 +619,18 @@ class _Graph:
             picked = inputs if data is None else [inputs[i] for i in data if i < len(inputs)]
             stack.extend(reversed(picked))
         return leaves
+
+    def is_zero(self, name: str) -> bool:
+        """Whether ``name`` is a constant of zeros: ``ConstantOfShape`` of value 0 (its shape is
+        not evaluated), or a constant whose every value is 0."""
+        node = self._producer.get(name)
+        if node is not None and node.op_type == "ConstantOfShape" and name not in self._inits:
+            value = _attributes(self._onnx, node).get("value")
+            return value is None or not np.asarray(
+                self._onnx.numpy_helper.to_array(value)
+            ).any()
+        value = self.constant(name)
+        return value is not None and not np.asarray(value).any()
 
     def describe(self, names: list[str]) -> str:
         """Where each of ``names`` comes from, in words."""
