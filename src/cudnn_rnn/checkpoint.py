@@ -520,6 +520,7 @@ def restore(
     strict: bool | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     opaque_name: str | bool | None = None,
+    object_path: str | None = None,
 ) -> None:
     """Load ``path`` (safetensors file or TF1 prefix) into ``objects`` in place; all-or-nothing.
 
@@ -536,14 +537,42 @@ def restore(
     discovered from the canonical tensors and every weight and both biases of every gate come
     from it exactly. ``optimizer`` (Adam, SGD with momentum, RMSprop, Adagrad holding the
     layer's ``opaque_kernel``) gets its state from TF's slots of that variable.
+
+    Older TF1 names (:mod:`cudnn_rnn.formats.tf1_legacy`) are read as aliases of the canonical
+    ones: TF 1.3's ``multi_rnn_cell/...`` names, whose exact biases ``bias_cudnn_*`` are used
+    exactly, and TF 1.8-1.15's object-based keys of a unidirectional ``CudnnLSTM``, at
+    ``object_path`` (e.g. ``"model/lstm"``) or the one path of the file that fits.
     """
     found = checkpointables(objects)
     expected: dict[str, Shape] = {}
     for obj in found:
         expected.update(obj.checkpoint_shapes())
-    tensors = read_expected(path, expected, strict=strict)
+    if not is_tf_checkpoint(path):
+        if object_path is not None:
+            raise CheckpointError(
+                path, "object_path= reads a TF1 object-based checkpoint; this file is not TF1."
+            )
+        tensors = read_expected(path, expected, strict=strict)
+        _opaque_plan(path, found, tensors, optimizer, opaque_name)  # refuses TF1-only options
+        load_into(path, found, tensors)
+        return
+    from cudnn_rnn.formats import tf1_legacy
+
+    _, index = _tf_index(path)
+    where = tf1_legacy.file_names(
+        expected, {n: (e.shape, e.dtype) for n, e in index.items()}, found, object_path
+    )
+    if where.problems:
+        raise CheckpointError(path, where.problems)
+    read = read_expected(path, where.expected(expected), strict=strict)
+    tensors = {name: read[where.names[name]] for name in expected}
+    problems: list[str] = []
+    legacy = tf1_legacy.exact_biases(found, tensors, {n: read[n] for n in where.extra}, problems)
+    if problems:
+        raise CheckpointError(path, problems)
     exact = _opaque_plan(path, found, tensors, optimizer, opaque_name)
     load_into(path, found, tensors)
+    legacy.apply()
     if exact is not None:
         exact.apply()
 

@@ -26,6 +26,22 @@ reads. ``str(parse(name)) == name`` for every name :func:`parse` accepts.
 TFName(scope='m', layer=0, direction=None, cell='basic_rnn_cell', variable='kernel')
 >>> parse("global_step") is None
 True
+
+Older names (docs/checkpoint_format.md, "Older releases"), read as aliases of these:
+
+    TF 1.3 (RNNParamsSaveable), unidirectional LSTM and GRU only:
+        [<scope>/]multi_rnn_cell/cell_<l>/<cell>/<variable>     (no rnn/)
+        plus the exact biases bW, bR of the summed gates:
+        lstm  .../cudnn_compatible_lstm_cell/bias_cudnn_0, bias_cudnn_1   [4H], gates i, c, f, o
+        gru   .../cudnn_compatible_gru_cell/bias_cudnn 0, bias_cudnn 1    [2H], gates r, u
+    TF 1.8-1.15 object-based (tf.train.Checkpoint) unidirectional CudnnLSTM:
+        <path>/kernel/.ATTRIBUTES/VARIABLE_VALUE            (one layer)
+        <path>/cell-<l>/kernel/.ATTRIBUTES/VARIABLE_VALUE   (any number of layers)
+
+>>> str(legacy_name(parse("m/rnn/multi_rnn_cell/cell_1/cudnn_compatible_gru_cell/gates/bias")))
+'m/multi_rnn_cell/cell_1/cudnn_compatible_gru_cell/gates/bias'
+>>> object_key("model", 0, BIAS, num_layers=2)
+'model/cell-0/bias/.ATTRIBUTES/VARIABLE_VALUE'
 """
 
 from __future__ import annotations
@@ -50,20 +66,30 @@ __all__ = [
     "CELL_MODES",
     "CELL_NAMES",
     "DIRECTIONS",
+    "EXACT_BIAS_NAMES",
     "FW",
     "GATES_BIAS",
     "GATES_KERNEL",
     "GRU_CELL",
     "KERNEL",
     "KERNEL_NAMES",
+    "LEGACY_CELLS",
     "LSTM_CELL",
+    "OBJECT_VALUE",
     "PROJECTION_KERNEL",
     "UNIDIRECTIONAL_STACK",
+    "LegacyName",
+    "ObjectKey",
     "TFName",
     "cell_scope",
     "direction_name",
+    "exact_bias_names",
     "is_kernel",
+    "legacy_name",
+    "object_key",
     "parse",
+    "parse_legacy",
+    "parse_object_key",
     "scope_prefix",
     "variable_name",
 ]
@@ -273,3 +299,157 @@ def parse(name: str) -> TFName | None:
         return None
     layer = m["layer"] if m["layer"] is not None else m["bilayer"]
     return TFName(m["scope"], int(layer), m["direction"], m["cell"], m["variable"])
+
+
+# -- older releases ---------------------------------------------------------------------------
+#
+# TF 1.0-1.2's RNNParamsSaveable saved every mode under the graph names of the tensors of a
+# CudnnRNNParamsToCanonical op (``param.name``, e.g. ``CudnnRNNParamsToCanonical:0``), TF 1.3's
+# saved bidirectional models and RNN tanh/relu the same way: names of an op in a graph, not of a
+# model, so they are not read (docs/checkpoint_format.md says why). TF 1.3 named unidirectional
+# LSTMs and GRUs as below; TF 1.4 on wrote the canonical names above.
+
+#: The cells TF 1.3 saved under :class:`LegacyName`s (unidirectional LSTM and GRU).
+LEGACY_CELLS = (LSTM_CELL, GRU_CELL)
+#: TF 1.3's ``MultiRNNCell`` scope, without ``dynamic_rnn``'s ``rnn/``.
+_LEGACY_STACK = "multi_rnn_cell"
+#: The exact biases TF 1.3 saved beside the summed one, relative to the cell scope: ``bW`` and
+#: ``bR`` of the summed gates (LSTM ``[4H]`` in TF's order i, c, f, o; GRU ``[2H]``, r then u).
+#: The GRU's have a space, as TF 1.3 wrote them (``"bias_cudnn %d"``).
+EXACT_BIAS_NAMES: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {LSTM_CELL: ("bias_cudnn_0", "bias_cudnn_1"), GRU_CELL: ("bias_cudnn 0", "bias_cudnn 1")}
+)
+#: The summed bias each pair of exact biases adds up to.
+_SUMMED_BIAS = MappingProxyType({LSTM_CELL: BIAS, GRU_CELL: GATES_BIAS})
+
+_LEGACY = re.compile(
+    r"(?:(?P<scope>.+)/)?"
+    rf"{_LEGACY_STACK}/cell_(?P<layer>{_LAYER})"
+    rf"/(?P<cell>{'|'.join(map(re.escape, LEGACY_CELLS))})/(?P<variable>.+)"
+)
+
+
+@dataclass(frozen=True)
+class LegacyName:
+    """One TF 1.3 name of a unidirectional LSTM or GRU; ``str()`` builds it.
+
+    >>> str(LegacyName("s", 0, LSTM_CELL, "bias_cudnn_1"))
+    's/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/bias_cudnn_1'
+    """
+
+    scope: str | None
+    layer: int
+    cell: str  # one of LEGACY_CELLS
+    variable: str
+
+    def __str__(self) -> str:
+        return (
+            f"{scope_prefix(self.scope)}{_LEGACY_STACK}/cell_{self.layer}/{self.cell}/"
+            f"{self.variable}"
+        )
+
+
+def legacy_name(name: TFName) -> LegacyName | None:
+    """The TF 1.3 name of a canonical one, or None where TF 1.3 had none of this form
+    (bidirectional models, RNN tanh/relu).
+
+    >>> legacy_name(parse("rnn/multi_rnn_cell/cell_0/basic_rnn_cell/kernel")) is None
+    True
+    """
+    if name.bidirectional or name.cell not in LEGACY_CELLS:
+        return None
+    return LegacyName(name.scope, name.layer, name.cell, name.variable)
+
+
+def exact_bias_names(name: TFName) -> tuple[str, str] | None:
+    """TF 1.3's names of the exact ``(bW, bR)`` behind the summed bias ``name``; None when
+    ``name`` is not a summed bias TF 1.3 saved them for.
+
+    >>> exact_bias_names(parse("rnn/multi_rnn_cell/cell_2/cudnn_compatible_lstm_cell/bias"))[0]
+    'multi_rnn_cell/cell_2/cudnn_compatible_lstm_cell/bias_cudnn_0'
+    """
+    legacy = legacy_name(name)
+    if legacy is None or _SUMMED_BIAS[legacy.cell] != name.variable:
+        return None
+    w, r = (LegacyName(name.scope, name.layer, name.cell, v) for v in EXACT_BIAS_NAMES[name.cell])
+    return str(w), str(r)
+
+
+def parse_legacy(name: str) -> LegacyName | None:
+    """A TF 1.3 name taken apart, or None. A name :func:`parse` accepts is canonical, not
+    legacy (``s/rnn/multi_rnn_cell/...`` is scope ``s``, not ``s/rnn``).
+
+    >>> parse_legacy("enc/multi_rnn_cell/cell_0/cudnn_compatible_gru_cell/bias_cudnn 1").variable
+    'bias_cudnn 1'
+    >>> parse_legacy("rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel") is None
+    True
+    """
+    if parse(name) is not None:
+        return None
+    m = _LEGACY.fullmatch(name)
+    if m is None:
+        return None
+    return LegacyName(m["scope"], int(m["layer"]), m["cell"], m["variable"])
+
+
+# -- object-based checkpoints -----------------------------------------------------------------
+#
+# TF 1.8-1.15's CudnnLSTM (unidirectional only; the other layers raised NotImplementedError)
+# tracked its canonical tensors as objects for tf.train.Checkpoint: ``kernel`` and ``bias`` of a
+# one-layer model directly, and ``cell-<l>`` objects holding ``kernel`` and ``bias`` for every
+# layer, as a MultiRNNCell of CudnnCompatibleLSTMCells is tracked. A tensor's key is its object's
+# path from the checkpoint's root, ``/``-joined, then ``/.ATTRIBUTES/VARIABLE_VALUE``.
+
+#: The attribute part of an object-based key of a variable.
+OBJECT_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"
+_OBJECT_CELL = "cell-"
+_OBJECT = re.compile(
+    rf"(?P<path>.+?)(?:/{_OBJECT_CELL}(?P<layer>{_LAYER}))?"
+    rf"/(?P<variable>{KERNEL}|{BIAS})/{re.escape(OBJECT_VALUE)}"
+)
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    """One object-based key of a CudnnLSTM's tensor; ``str()`` builds it.
+
+    ``layer`` None is the one-layer model's direct ``kernel``/``bias``.
+
+    >>> str(ObjectKey("net/lstm", None, KERNEL))
+    'net/lstm/kernel/.ATTRIBUTES/VARIABLE_VALUE'
+    """
+
+    path: str
+    layer: int | None
+    variable: str  # KERNEL or BIAS
+
+    def __str__(self) -> str:
+        cell = "" if self.layer is None else f"{_OBJECT_CELL}{self.layer}/"
+        return f"{self.path}/{cell}{self.variable}/{OBJECT_VALUE}"
+
+
+def object_key(path: str, layer: int, variable: str, *, num_layers: int) -> str:
+    """The key TF 1.x's ``tf.train.Checkpoint`` gave a unidirectional CudnnLSTM's ``variable``
+    (``kernel`` or ``bias``) of ``layer`` when the layer sits at ``path``: a one-layer model's
+    are its direct ``kernel``/``bias`` (the shortest path to them), the others' ``cell-<l>/``.
+
+    >>> object_key("cell", 0, KERNEL, num_layers=1)
+    'cell/kernel/.ATTRIBUTES/VARIABLE_VALUE'
+    """
+    if variable not in (KERNEL, BIAS):
+        raise ValueError(f"tf_names: variable must be kernel or bias, got {variable!r}.")
+    return str(ObjectKey(path, None if num_layers == 1 else layer, variable))
+
+
+def parse_object_key(key: str) -> ObjectKey | None:
+    """An object-based key of a ``kernel`` or ``bias`` taken apart, or None.
+
+    >>> parse_object_key("model/cell-2/bias/.ATTRIBUTES/VARIABLE_VALUE")
+    ObjectKey(path='model', layer=2, variable='bias')
+    >>> parse_object_key("save_counter/.ATTRIBUTES/VARIABLE_VALUE") is None
+    True
+    """
+    m = _OBJECT.fullmatch(key)
+    if m is None:
+        return None
+    return ObjectKey(m["path"], None if m["layer"] is None else int(m["layer"]), m["variable"])

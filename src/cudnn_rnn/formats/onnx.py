@@ -626,9 +626,7 @@ class _Graph:
         node = self._producer.get(name)
         if node is not None and node.op_type == "ConstantOfShape" and name not in self._inits:
             value = _attributes(self._onnx, node).get("value")
-            return value is None or not np.asarray(
-                self._onnx.numpy_helper.to_array(value)
-            ).any()
+            return value is None or not np.asarray(self._onnx.numpy_helper.to_array(value)).any()
         value = self.constant(name)
         return value is not None and not np.asarray(value).any()
 
