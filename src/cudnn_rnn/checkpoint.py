@@ -31,7 +31,6 @@ import copy
 import gc
 import io
 import json
-import math
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -61,31 +60,36 @@ FORMAT = "cudnn_rnn.canonical"
 FORMAT_VERSION = 1
 
 
-#: At most this many problems are spelled out in an error message (all stay in ``problems``).
+#: At most this many problems are spelled out in an error message.
 MAX_LISTED_PROBLEMS = 20
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read, or does not fit the objects.
 
-    ``problems`` lists every mismatch a restore found (or the one reason a file cannot be read);
-    the message spells out the first :data:`MAX_LISTED_PROBLEMS` and counts the rest. ``path``
-    is the file (or TF1 prefix) concerned.
+    ``problems`` lists the mismatches a restore found (or the one reason a file cannot be read),
+    ``count`` how many there are: unexpected tensors beyond what the message shows are counted
+    (``more``), not listed, so a file of 200k stray tensors costs no 200k strings. The message
+    spells out the first :data:`MAX_LISTED_PROBLEMS` and counts the rest. ``path`` is the file
+    (or TF1 prefix) concerned.
     """
 
-    def __init__(self, path: str | os.PathLike[str], problems: str | Sequence[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], problems: str | Sequence[str], *, more: int = 0
+    ) -> None:
         self.path = os.fspath(path)
         if isinstance(problems, str):
             self.problems = [problems]
+            self.count = 1
             super().__init__(f"checkpoint {self.path}: {problems}")
             return
         self.problems = list(problems)
+        self.count = len(self.problems) + more
         shown = self.problems[:MAX_LISTED_PROBLEMS]
-        more = len(self.problems) - len(shown)
-        lines = "\n  ".join(shown) + (f"\n  ... and {more} more" if more else "")
+        rest = self.count - len(shown)
+        lines = "\n  ".join(shown) + (f"\n  ... and {rest} more" if rest else "")
         super().__init__(
-            f"checkpoint {self.path}: {len(self.problems)} problem(s), nothing was restored:"
-            f"\n  {lines}"
+            f"checkpoint {self.path}: {self.count} problem(s), nothing was restored:\n  {lines}"
         )
 
 
@@ -315,21 +319,29 @@ def _check_entries(
 ) -> dict[str, _Entry]:
     data_len = size - start
     entries: dict[str, _Entry] = {}
+    info_of = _ST_INFO.get
+    # One pass, the common case first: a header of 200k tensors spends its time here.
     for name, info in header.items():
-        if type(info) is not dict or info.keys() != _ENTRY_KEYS:
+        if type(info) is not dict or len(info) != 3:
             raise bad(f"tensor {_quote(name)} is not an object of dtype, shape and data_offsets")
-        code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        known = _ST_INFO.get(code) if type(code) is str else None
+        code = info.get("dtype")
+        shape = info.get("shape")
+        offsets = info.get("data_offsets")
+        if shape is None or offsets is None:
+            raise bad(f"tensor {_quote(name)} is not an object of dtype, shape and data_offsets")
+        known = info_of(code) if type(code) is str else None
         if known is None:
             raise bad(f"tensor {_quote(name)} has unknown dtype {_quote(code)}")
         if type(shape) is not list or len(shape) > _MAX_DIMS:
             raise bad(f"tensor {_quote(name)} has shape {_quote(shape)}, not a list")
+        count = 1
         for d in shape:
             if type(d) is not int or d < 0:
                 raise bad(
                     f"tensor {_quote(name)} has shape {_quote(shape)}, not a list of at most "
                     f"{_MAX_DIMS} non-negative integers"
                 )
+            count *= d  # Python ints: no overflow
         if type(offsets) is not list or len(offsets) != 2:
             raise bad(f"tensor {_quote(name)} has data_offsets {_quote(offsets)}, not a pair")
         begin, end = offsets
@@ -338,7 +350,7 @@ def _check_entries(
                 f"tensor {_quote(name)} has data_offsets {_quote(offsets)}, not [begin, end] "
                 f"within the {data_len} data bytes"
             )
-        nbytes = math.prod(shape) * known[2]  # Python ints: no overflow
+        nbytes = count * known[2]
         if nbytes != end - begin:
             needs = f"{nbytes} bytes" if nbytes < 10**30 else "more bytes than the file holds"
             raise bad(
@@ -347,18 +359,15 @@ def _check_entries(
             )
         entries[name] = _Entry(start + begin, start + end, tuple(shape), known[0], known[1])
     position = start
-    for name, entry in sorted(entries.items(), key=_by_offsets):
-        if entry.begin != position:
-            where = "overlaps the tensor before it" if entry.begin < position else "leaves a gap"
+    for begin, end in sorted((e.begin, e.end) for e in entries.values()):
+        if begin != position:
+            name = next(n for n, e in entries.items() if (e.begin, e.end) == (begin, end))
+            where = "overlaps the tensor before it" if begin < position else "leaves a gap"
             raise bad(f"tensor {_quote(name)} {where} (data_offsets must tile the data)")
-        position = entry.end
+        position = end
     if position != size:
         raise bad(f"its tensors end at byte {position} of {size}; the file is truncated or padded")
     return entries
-
-
-def _by_offsets(item: tuple[str, _Entry]) -> tuple[int, int]:
-    return item[1].begin, item[1].end
 
 
 def _check_format(path: Path, metadata: Mapping[str, str]) -> None:
@@ -478,14 +487,18 @@ def _check_claims(
         for name in expected
         if name in claims and claims[name][1] not in FLOATING_DTYPES
     ]
+    more = 0
     if strict:
+        unexpected = [name for name in claims if name not in expected]
+        # Spelled out up to what a message shows (a file may hold 200k strangers); counted after.
+        shown = max(0, MAX_LISTED_PROBLEMS - len(problems))
         problems += [
-            f"unexpected tensor {_quote(name)} (shape {_shape(shape)})"
-            for name, (shape, _) in claims.items()
-            if name not in expected
+            f"unexpected tensor {_quote(name)} (shape {_shape(claims[name][0])})"
+            for name in unexpected[:shown]
         ]
-    if problems:
-        raise CheckpointError(path, problems)
+        more = len(unexpected) - min(shown, len(unexpected))
+    if problems or more:
+        raise CheckpointError(path, problems, more=more)
 
 
 def read_expected(
