@@ -194,3 +194,20 @@ def test_bench_unwritable_out_exits_2_before_measuring(
     captured = capsys.readouterr()
     assert captured.err.startswith("cudnn-rnn: error: ") and str(blocker) in captured.err
     assert captured.err.count("\n") == 1 and "matmul peak" not in captured.out
+
+
+def test_convert_of_a_tf1_training_checkpoint_keeps_both_biases(tmp_path: Path) -> None:
+    """A TF1 checkpoint with the layer's opaque kernel converts with both biases of every gate
+    exactly (torch.nn keeps b_ih and b_hh apart), as checkpoint.restore reads them."""
+    from cudnn_rnn import convert
+
+    prefix = Path(__file__).parent / "fixtures" / "tf1_opaque" / "lstm_aligned.ckpt"
+    want = CudnnLSTM(2, 3, input_size=2, scope="model")
+    checkpoint.restore(prefix, want)
+    out = tmp_path / "m.pt"
+    assert main(["convert", str(prefix), str(out)]) == 0
+    state = torch.load(out, weights_only=True)
+    reference = convert.to_torch(want).state_dict()
+    assert state.keys() == reference.keys()
+    for name, value in reference.items():
+        assert torch.equal(state[name], value), name

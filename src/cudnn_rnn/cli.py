@@ -244,6 +244,18 @@ def load_layer(
         scope=config.get("scope"),
         **kwargs,
     )
+    if kind == "tf":
+        # Every tensor is now known to be in the file as claimed: restore reads it again with
+        # what only it does, a TF1 training checkpoint's opaque kernel (both biases exact).
+        try:
+            checkpoint.restore(path, layer)
+            return layer
+        except checkpoint.CheckpointError as err:  # an opaque kernel that does not fit
+            reason = str(err).splitlines()[-1].strip()
+            print(
+                f"note: {path}: its opaque kernel is not used ({_clip(reason)}); each gate's "
+                "two biases are the canonical sum split in half."
+            )
     checkpoint.load_into(path, [layer], tensors)
     return layer
 
