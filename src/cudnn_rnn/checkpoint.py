@@ -428,8 +428,7 @@ def read_claims(path: str | os.PathLike[str]) -> Claims:
     """Name -> (shape, dtype name) of every tensor of a safetensors file or TF1 checkpoint, from
     its checked header or index alone (no tensor data is read)."""
     if is_tf_checkpoint(path):
-        _, index = _tf_index(path)
-        return {n: (e.shape, e.dtype) for n, e in index.items()}
+        return _tf_claims(_tf_bundle(path))
     p = Path(path)
     with open_regular(p) as f:
         entries, metadata = _read_header(f, p)
@@ -437,31 +436,33 @@ def read_claims(path: str | os.PathLike[str]) -> Claims:
     return {n: (e.shape, e.dtype_name) for n, e in entries.items()}
 
 
-def _tf_index(path: str | os.PathLike[str]) -> tuple[str, Mapping[str, Any]]:
+def _tf_bundle(path: str | os.PathLike[str]) -> Any:
+    """The checked index of a TF1 checkpoint (``tf1_bundle.BundleIndex``), read once per call
+    of the functions here and handed to every step that needs it."""
     from cudnn_rnn.formats import tf1_bundle
 
-    prefix = tf1_bundle.bundle_prefix(os.fspath(path))
-    _refuse_special(Path(prefix + ".index"))
-    try:
-        return prefix, tf1_bundle.read_bundle_index(prefix)
+    try:  # the reader refuses FIFOs, devices and directories before it opens them
+        return tf1_bundle.open_bundle(tf1_bundle.bundle_prefix(os.fspath(path)))
     except tf1_bundle.TF1BundleError as err:
         raise CheckpointError(path, _first_line(err)) from err
 
 
-def _load_tf(path: str | os.PathLike[str], names: Sequence[str]) -> dict[str, Tensor]:
-    """The tensors ``names`` of a TF1 checkpoint (already checked against its index)."""
+def _tf_claims(bundle: Any) -> Claims:
+    return {n: (e.shape, e.dtype) for n, e in bundle.entries.items()}
+
+
+def _tf_data(
+    path: str | os.PathLike[str], bundle: Any, names: Sequence[str], *, read: bool = True
+) -> dict[str, Tensor]:
+    """The tensors ``names`` of a TF1 checkpoint, already checked against its index; with
+    ``read=False`` only the data shards are checked against the index (nothing is read)."""
     from cudnn_rnn.formats import tf1_bundle
 
-    prefix = tf1_bundle.bundle_prefix(os.fspath(path))
-    directory, base = os.path.split(prefix)
     try:
-        shards = [n for n in os.listdir(directory or ".") if n.startswith(base + ".data-")]
-    except OSError:
-        shards = []
-    for shard in shards:  # refuse a FIFO before the reader opens it
-        _refuse_special(Path(directory or ".", shard))
-    try:
-        arrays = tf1_bundle.read_bundle(prefix, names=names)
+        if not read:
+            tf1_bundle.check_bundle(bundle, names)
+            return {}
+        arrays = tf1_bundle.read_bundle(bundle, names=names)
     except tf1_bundle.TF1BundleError as err:
         raise CheckpointError(path, _first_line(err)) from err
     return {n: torch.from_numpy(a) for n, a in arrays.items()}
@@ -508,22 +509,35 @@ def read_expected(
     header or index was checked against them: names, shapes, floating dtypes and, with
     ``strict`` (default: for our files, not for TF1), no other tensors. A file that does not fit
     raises :class:`CheckpointError` listing every problem, and its data is never read."""
-    tf = is_tf_checkpoint(path)
-    if strict is None:
-        strict = not tf
-    if tf:
-        _, index = _tf_index(path)
-        claims = {n: (e.shape, e.dtype) for n, e in index.items()}
-        _check_claims(path, expected, claims, strict)
-        return _load_tf(path, list(expected))
+    return _expected(path, expected, strict, read=True)
+
+
+def check_expected(
+    path: str | os.PathLike[str], expected: Mapping[str, Shape], *, strict: bool | None = None
+) -> None:
+    """What :func:`read_expected` checks before it reads, without reading any tensor: the
+    header or index against ``expected``, and every byte range the file claims for those
+    tensors against the file (a TF1 checkpoint's data shards). Checksums are verified only when
+    the tensors are read."""
+    _expected(path, expected, strict, read=False)
+
+
+def _expected(
+    path: str | os.PathLike[str], expected: Mapping[str, Shape], strict: bool | None, read: bool
+) -> dict[str, Tensor]:
+    if is_tf_checkpoint(path):
+        bundle = _tf_bundle(path)
+        claims = _tf_claims(bundle)
+        _check_claims(path, expected, claims, bool(strict))  # None: not strict for TF1
+        return _tf_data(path, bundle, list(expected), read=read)
     p = Path(path)
     with open_regular(p) as f:
         entries, metadata = _read_header(f, p)
         _check_format(p, metadata)
         with _gc_paused():
             claims = {n: (e.shape, e.dtype_name) for n, e in entries.items()}
-            _check_claims(p, expected, claims, strict)
-        return _read_tensors(f, p, entries, expected)
+            _check_claims(p, expected, claims, strict is None or strict)
+        return _read_tensors(f, p, entries, expected) if read else {}
 
 
 def restore(
@@ -566,24 +580,25 @@ def restore(
                 path, "object_path= reads a TF1 object-based checkpoint; this file is not TF1."
             )
         tensors = read_expected(path, expected, strict=strict)
-        _opaque_plan(path, found, tensors, optimizer, opaque_name)  # refuses TF1-only options
+        _opaque_plan(path, None, found, tensors, optimizer, opaque_name)  # refuses TF1 options
         load_into(path, found, tensors)
         return
     from cudnn_rnn.formats import tf1_legacy
 
-    _, index = _tf_index(path)
-    where = tf1_legacy.file_names(
-        expected, {n: (e.shape, e.dtype) for n, e in index.items()}, found, object_path
-    )
+    bundle = _tf_bundle(path)  # the index is parsed once for every step below
+    claims = _tf_claims(bundle)
+    where = tf1_legacy.file_names(expected, claims, found, object_path)
     if where.problems:
         raise CheckpointError(path, where.problems)
-    read = read_expected(path, where.expected(expected), strict=strict)
+    wanted = where.expected(expected)
+    _check_claims(path, wanted, claims, bool(strict))
+    read = _tf_data(path, bundle, list(wanted))
     tensors = {name: read[where.names[name]] for name in expected}
     problems: list[str] = []
     legacy = tf1_legacy.exact_biases(found, tensors, {n: read[n] for n in where.extra}, problems)
     if problems:
         raise CheckpointError(path, problems)
-    exact = _opaque_plan(path, found, tensors, optimizer, opaque_name)
+    exact = _opaque_plan(path, bundle, found, tensors, optimizer, opaque_name)
     load_into(path, found, tensors)
     legacy.apply()
     if exact is not None:
@@ -592,13 +607,15 @@ def restore(
 
 def _opaque_plan(
     path: str | os.PathLike[str],
+    bundle: Any,
     found: Sequence[Checkpointable],
     tensors: Mapping[str, Tensor],
     optimizer: torch.optim.Optimizer | None,
     opaque_name: str | bool | None,
 ) -> Any:
-    """The exact opaque writes and optimizer states of a TF1 file (None for our files)."""
-    if not is_tf_checkpoint(path):
+    """The exact opaque writes and optimizer states of a TF1 file (``bundle``, its index), or
+    None for our files (``bundle`` None)."""
+    if bundle is None:
         if optimizer is not None or isinstance(opaque_name, str):
             raise CheckpointError(
                 path,
@@ -608,12 +625,10 @@ def _opaque_plan(
         return None
     from cudnn_rnn.formats import tf1_opaque
 
-    _, index = _tf_index(path)
-    claims = {n: (e.shape, e.dtype) for n, e in index.items()}
     try:
         return tf1_opaque.plan(
-            claims,
-            lambda names: _load_tf(path, names),
+            _tf_claims(bundle),
+            lambda names: _tf_data(path, bundle, names),
             found,
             tensors,
             opaque_name=opaque_name,

@@ -233,8 +233,13 @@ def load_layer(
             )
         mode = f"rnn_{activation}"
     expected = _expected_shapes(path, mode, config, len(claims))
-    # Checked against the header or index, then read: the data file must hold every byte.
-    tensors = checkpoint.read_expected(path, expected, strict=kind == "safetensors")
+    # Checked against the header or index, and the file must hold every byte, before anything
+    # is built. A safetensors file is read here; a TF1 checkpoint by restore (once) below.
+    tensors: dict[str, torch.Tensor] = {}
+    if kind == "tf":
+        checkpoint.check_expected(path, expected)
+    else:
+        tensors = checkpoint.read_expected(path, expected, strict=True)
     kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
     layer = LAYER_CLASSES[mode](
         config["num_layers"],
@@ -245,12 +250,13 @@ def load_layer(
         **kwargs,
     )
     if kind == "tf":
-        # Every tensor is now known to be in the file as claimed: restore reads it again with
-        # what only it does, a TF1 training checkpoint's opaque kernel (both biases exact).
+        # restore also reads what only it reads: a TF1 training checkpoint's opaque kernel
+        # (both biases of every gate exact).
         try:
             checkpoint.restore(path, layer)
             return layer
         except checkpoint.CheckpointError as err:  # an opaque kernel that does not fit
+            tensors = checkpoint.read_expected(path, expected)  # raises for a corrupt file
             reason = str(err).splitlines()[-1].strip()
             print(
                 f"note: {path}: its opaque kernel is not used ({_clip(reason)}); each gate's "

@@ -86,10 +86,13 @@ from cudnn_rnn.formats.tf1_table import (
 __all__ = [
     "SUPPORTED_DTYPES",
     "BundleEntry",
+    "BundleIndex",
     "TF1BundleError",
     "bundle_prefix",
+    "check_bundle",
     "crc32c",
     "masked_crc32c",
+    "open_bundle",
     "read_bundle",
     "read_bundle_index",
     "write_bundle",
@@ -403,7 +406,12 @@ def _readable_prefix(prefix: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Index:
+class BundleIndex:
+    """A checkpoint's index, read and checked once by :func:`open_bundle`: the prefix its files
+    are read from (after the crash-safety reading rule), its header and its entries.
+    :func:`read_bundle` and :func:`check_bundle` take one in place of a prefix, so that a caller
+    that looks at the index first does not parse it again."""
+
     prefix: str
     header: _Header
     entries: _EntryTable
@@ -500,7 +508,12 @@ class _EntryValues(ValuesView[BundleEntry]):
         return (entry for _, entry in self._table._pairs())
 
 
-def _load_index(path: str | os.PathLike[str]) -> _Index:
+def open_bundle(path: str | os.PathLike[str]) -> BundleIndex:
+    """The checked index of the checkpoint ``path`` names (its prefix or its ``.index``).
+
+    Raises :class:`TF1BundleError` for a corrupt index, or one that is not a regular file;
+    ``FileNotFoundError`` for a missing one.
+    """
     prefix = _readable_prefix(bundle_prefix(path))
     index_path = prefix + ".index"
     try:
@@ -514,7 +527,7 @@ def _load_index(path: str | os.PathLike[str]) -> _Index:
         header, entries = _parse_index(data)
     except Malformed as err:
         raise TF1BundleError(f"TF1 checkpoint index {index_path}: {err}.") from None
-    return _Index(prefix, header, entries)
+    return BundleIndex(prefix, header, entries)
 
 
 def _parse_index(data: bytes) -> tuple[_Header, _EntryTable]:
@@ -587,32 +600,61 @@ def read_bundle_index(prefix: str | os.PathLike[str]) -> Mapping[str, BundleEntr
     asked for (an index may list hundreds of thousands of tensors). Raises :class:`TF1BundleError`
     for a corrupt index, or one that is not a regular file; ``FileNotFoundError`` for a missing one.
     """
-    return _load_index(prefix).entries
+    return open_bundle(prefix).entries
 
 
 def read_bundle(
-    prefix: str | os.PathLike[str],
+    source: str | os.PathLike[str] | BundleIndex,
     names: Iterable[str] | None = None,
     *,
     bfloat16: Literal["float32", "bits"] = "float32",
 ) -> dict[str, Array]:
     """Read the tensors of a checkpoint (all of them, or ``names``) as NumPy arrays.
 
-    Arrays are writable, C-contiguous, in native byte order. Every tensor's checksum is verified.
+    ``source`` is the checkpoint's prefix, or its index from :func:`open_bundle`. Arrays are
+    writable, C-contiguous, in native byte order. Every tensor's checksum is verified.
     ``bfloat16="float32"`` widens bfloat16 tensors to float32 (exactly); ``"bits"`` returns their
     raw ``uint16`` bit patterns. Raises :class:`TF1BundleError` for a corrupt, truncated or hostile
     checkpoint, a name it lacks, or a tensor this module cannot read (strings, partitioned
     variables, ...: pass ``names`` to read the others); ``FileNotFoundError`` (also a
     :class:`TF1BundleError`) for a missing data shard, and ``FileNotFoundError`` for a missing
-    index. Every data shard is checked against the index (it exists, is a regular file, holds
-    every byte the index claims) before any tensor is read, so a lying index cannot make this
-    allocate more memory than the data files' size.
+    index. Every data shard is checked against the index (:func:`check_bundle`) before any tensor
+    is read, so a lying index cannot make this allocate more memory than the data files' size.
     """
     if bfloat16 not in ("float32", "bits"):
         raise ValueError(f"read_bundle: bfloat16 must be 'float32' or 'bits', got {bfloat16!r}.")
+    index, wanted, entries, shards = _plan_read(source, names)
+    tensors: dict[str, Array] = {}
+    for path, ks in shards:
+        fd, file_size = _open_regular(path, "data shard")
+        with os.fdopen(fd, "rb") as f:
+            _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])  # no race
+            for k in ks:
+                raw = _read_tensor_bytes(f, path, file_size, wanted[k], entries[k])
+                tensors[wanted[k]] = _decode_tensor(
+                    raw, entries[k], index.header.big_endian, bfloat16, path, wanted[k]
+                )
+    return {name: tensors[name] for name in wanted}
+
+
+def check_bundle(
+    source: str | os.PathLike[str] | BundleIndex, names: Iterable[str] | None = None
+) -> None:
+    """Check, without reading a tensor, what :func:`read_bundle` checks before it reads: the
+    tensors (all, or ``names``) are in the index and readable, and every data shard they lie in
+    exists, is a regular file and holds every byte the index claims for them. Raises as
+    :func:`read_bundle` does; the checksums are verified only when the tensors are read."""
+    _plan_read(source, names)
+
+
+def _plan_read(
+    source: str | os.PathLike[str] | BundleIndex, names: Iterable[str] | None
+) -> tuple[BundleIndex, list[str], list[BundleEntry], list[tuple[str, list[int]]]]:
+    """The index, the names wanted, their entries, and per data shard (checked against the
+    index) the positions of the tensors it holds in file order: what reading them takes."""
     if isinstance(names, str):
         raise TypeError(f"read_bundle: names must be a list of names, got the string {names!r}.")
-    index = _load_index(prefix)
+    index = source if isinstance(source, BundleIndex) else open_bundle(source)
     table = index.entries
     index_path = index.prefix + ".index"
     wanted = list(table) if names is None else list(dict.fromkeys(names))
@@ -648,17 +690,7 @@ def read_bundle(
         ks.sort(key=lambda k: entries[k].offset)  # read the file front to back
         _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])
         shards.append((path, ks))
-    tensors: dict[str, Array] = {}
-    for path, ks in shards:
-        fd, file_size = _open_regular(path, "data shard")
-        with os.fdopen(fd, "rb") as f:
-            _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])  # no race
-            for k in ks:
-                raw = _read_tensor_bytes(f, path, file_size, wanted[k], entries[k])
-                tensors[wanted[k]] = _decode_tensor(
-                    raw, entries[k], index.header.big_endian, bfloat16, path, wanted[k]
-                )
-    return {name: tensors[name] for name in wanted}
+    return index, wanted, entries, shards
 
 
 class _MissingShardError(FileNotFoundError, TF1BundleError):
