@@ -197,3 +197,22 @@ def torch_module(spec: RNNSpec, weights: list[Any], biases: list[Any]) -> torch.
         for name, parts in groups.items():
             getattr(module, name).copy_(torch.cat(parts))
     return module
+
+
+def check_export_dynamic(
+    layer: torch.nn.Module, x: torch.Tensor, other: torch.Tensor, atol: float
+) -> None:
+    """Export ``layer``'s outputs with dynamic T and B at ``x``; the program equals the layer on
+    ``other`` (another T and B)."""
+
+    class Outputs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.rnn(x)[0]  # type: ignore[no-any-return]
+
+    dims = {"x": {0: torch.export.Dim("T", min=2), 1: torch.export.Dim("B", min=2)}}
+    program = torch.export.export(Outputs(), (x,), dynamic_shapes=dims)
+    torch.testing.assert_close(program.module()(other), layer(other)[0], atol=atol, rtol=atol)

@@ -1,7 +1,7 @@
 """The drivers' fused path: equal to the step-by-step loop (gradients too) and to the oracle.
 
 ``dynamic_rnn`` and ``stack_bidirectional_dynamic_rnn`` hand stacks of the compatible cells to
-torch's fused kernel. Here the fused results are compared with the loop (``drivers._run_loop``, or
+the fused operator. Here the fused results are compared with the loop (``drivers._run_loop``, or
 the drivers with fusion switched off), with the NumPy oracle, and each test also checks which path
 ran: the loop is made to raise where the kernel must serve, the kernel where the loop must.
 """
@@ -27,6 +27,7 @@ from cudnn_rnn.cells import (
     dynamic_rnn,
     stack_bidirectional_dynamic_rnn,
 )
+from cudnn_rnn.core.spec import RNNSpec
 from tests.test_cells import (
     F64,
     MODES,
@@ -42,7 +43,7 @@ from tests.test_cells import (
 )
 
 STEPS, BATCH, DEPTH, UNITS = 5, 3, 2, 3
-#: (mode, num_layers, bidirectional) of one kernel call.
+#: (mode, num_layers, bidirectional) of one operator call.
 Call = tuple[str, int, bool]
 #: Outputs and final-state leaves, gradients, and the state's structure.
 Results = tuple[list[torch.Tensor], list[torch.Tensor], Any]
@@ -59,14 +60,14 @@ def _forbidden(name: str) -> Callable[..., Any]:
 def kernel_calls(*, loop: bool) -> Iterator[list[Call]]:
     """Record every kernel call; with ``loop=False`` the step-by-step loop raises."""
     calls: list[Call] = []
-    real = drivers.run_kernel
+    real = drivers.rnn
 
-    def spy(mode: str, *args: Any, **kwargs: Any) -> Any:
-        calls.append((mode, kwargs["num_layers"], kwargs["bidirectional"]))
-        return real(mode, *args, **kwargs)
+    def spy(spec: RNNSpec, *args: Any, **kwargs: Any) -> Any:
+        calls.append((spec.mode, spec.num_layers, spec.bidirectional))
+        return real(spec, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(drivers, "run_kernel", spy)
+        patch.setattr(drivers, "rnn", spy)
         if not loop:
             patch.setattr(drivers, "_run_loop", _forbidden("the step-by-step loop"))
         yield calls
@@ -77,7 +78,7 @@ def loop_only() -> Iterator[None]:
     """The drivers as they were before fusion: no cell class is fusable, the kernel raises."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(drivers, "_FUSABLE", ())
-        patch.setattr(drivers, "run_kernel", _forbidden("the fused kernel"))
+        patch.setattr(drivers, "rnn", _forbidden("the fused operator"))
         yield
 
 

@@ -39,7 +39,6 @@ LOWER = tuple(
         "operator",
         "engines",
         "validation",
-        "functional",
         "ops",
         "layers",
         "cells",
@@ -52,9 +51,7 @@ CORE = f"{PACKAGE}.core"
 #: The saveables convert an opaque buffer through the layout table (core); they stand beside the
 #: op level, not on it, and never build runtime op objects.
 SAVEABLES = (f"{PACKAGE}.saveable", f"{PACKAGE}.checkpointable")
-RUNTIME = tuple(
-    f"{PACKAGE}.{name}" for name in ("operator", "engines", "functional", "ops", "layers", "cells")
-)
+RUNTIME = tuple(f"{PACKAGE}.{name}" for name in ("operator", "engines", "ops", "layers", "cells"))
 #: What core may import besides the standard library and itself: it is pure Python + NumPy.
 CORE_THIRD_PARTY = frozenset({"numpy"})
 #: The cells package, one concern a module, lowest first: the cells, the drivers that run them,

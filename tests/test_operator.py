@@ -212,6 +212,7 @@ def test_opcheck(spec: RNNSpec, need_grad: bool) -> None:
         params.detach(), x, h0, args[3], args[4], out[3], out[0], out[1], out[2], out[4], out[5],
         torch.ones_like(out[0]), torch.ones_like(out[1]), torch.ones_like(out[2]),
         *operator.static_of(spec),
+        spec.dropout,
         False,
     )  # fmt: skip
     if need_grad:

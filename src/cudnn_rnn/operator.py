@@ -5,35 +5,44 @@ Registered with ``torch.library`` (schema, fake implementation, autograd), so th
 
     cudnn_rnn::rnn(params, x, h0, c0?, lengths?, dropout_step?, <spec>, dropout, seed,
                    need_grad, traced) -> (y, h_n, c_n, masks, workspace, reserve[])
-    cudnn_rnn::rnn_backward(params, x, h0, c0?, lengths?, masks, y, h_n, c_n, workspace, reserve[],
-                            dy, dh_n, dc_n, <spec>, traced) -> (dparams, dx, dh0, dc0)
+    cudnn_rnn::rnn_backward(params, x, h0, c0?, lengths?, masks, y, h_n, c_n, workspace,
+                            reserve[], dy, dh_n, dc_n, <spec>, dropout, traced)
+                            -> (dparams, dx, dh0, dc0)
 
-``x`` is time-major ``[T, B, I]``; ``<spec>`` is ``mode, num_layers, num_units, input_size,
+``x`` is time-major ``[T, B, I]``; ``<spec>`` is ``rnn_mode, num_layers, num_units, input_size,
 num_proj (0: none), skip_input, bidirectional``. ``c_n``/``dc0`` are empty for the modes without a
-cell state. ``masks`` are the dropout masks ``[L-1, T, B, D*Hout]`` (empty without dropout),
-``workspace`` (a buffer whose length follows from the shapes) and ``reserve`` (a list of byte
-tensors whose lengths only the kernel knows, oneDNN's) what the engine keeps for the backward
-pass (empty when
-``need_grad`` is false). Which engine runs is decided by :func:`cudnn_rnn.engines.select` from the
-spec, device, dtype, ``need_grad``, whether lengths are given and ``traced`` (the call is being
-compiled or exported): never by timing.
+cell state. ``masks`` are the dropout masks ``[L-1, T, B, D*Hout]`` (empty without dropout, and
+with an engine that draws its own), ``workspace`` (a buffer whose length follows from the shapes)
+and ``reserve`` (a list of tensors, some of lengths only the kernel knows: oneDNN's workspaces,
+cuDNN's reserve space) what the engine keeps for the backward pass (empty when ``need_grad`` is
+false). The reserve is private to the call: cuDNN's backward also writes into it, which the
+``cudnn`` engine handles itself (:mod:`cudnn_rnn.engines.cudnn`).
+
+Which engine runs is decided by the rule table of :mod:`cudnn_rnn.engines` from what is fixed
+before the call (spec, device, dtype, ``need_grad``, whether lengths are given, ``traced``: the
+call is being compiled or exported), never by timing. The operator does what is the same for
+every engine: it checks the lengths, draws the dropout masks for the engines that take them,
+answers ``batch == 0`` and makes the fake outputs from what the engine says it keeps.
 
 Dropout masks come from ``seed`` and the counter ``dropout_step`` (a 0-d int64 tensor the caller
 owns and advances after each call): call ``k`` draws them from
 ``torch.Generator().manual_seed((seed + k * 0x9E3779B97F4A7C15) mod 2**64)``, layer by layer, as
 Bernoulli(1 - p) in float32 of shape ``[T, B, D*Hout]``, scaled by ``1 / (1 - p)``. So the same
-seed gives the same masks eagerly and compiled, and the global RNG is never touched.
+seed gives the same masks eagerly and compiled, and the global RNG is never touched. The
+``cudnn`` engine seeds cuDNN's own dropout with that same per-call seed instead (its masks differ
+from these). Reading the counter is a host read of a 0-d tensor, on the device it lives on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from cudnn_rnn import engines, functional
+from cudnn_rnn import engines
 from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_INPUT_SKIP_MODE,
@@ -43,7 +52,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import loop, native, onednn
+from cudnn_rnn.engines.base import Call, Grads, Inputs, Kept, Saved
 
 __all__ = ["GOLDEN", "rnn"]
 
@@ -94,14 +103,15 @@ def _check_lengths(lengths: Tensor | None, steps: int) -> Tensor | None:
     return t
 
 
-def _masks(
-    spec: RNNSpec, steps: int, batch: int, p: float, seed: int, step: Tensor | None, like: Tensor
-) -> Tensor | None:
-    if p == 0.0 or spec.num_layers < 2:
-        return None
+def _call_seed(seed: int, step: Tensor | None) -> int:
+    """The dropout seed of call ``k`` of the counter ``step``."""
     k = int(step) if step is not None else 0
+    return (seed + k * GOLDEN) % 2**64
+
+
+def _masks(spec: RNNSpec, steps: int, batch: int, p: float, seed: int, like: Tensor) -> Tensor:
     gen = torch.Generator(device=like.device)
-    gen.manual_seed((seed + k * GOLDEN) % 2**64)
+    gen.manual_seed(seed)
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
     shape = (steps, batch, spec.num_dirs * spec.output_units)
     masks = []
@@ -112,8 +122,22 @@ def _masks(
     return torch.stack(masks).to(like.dtype)
 
 
-def _engine(spec: RNNSpec, x: Tensor, need_grad: bool, lengths: Tensor | None, traced: bool) -> str:
-    return engines.select(spec, x.device, x.dtype, need_grad, lengths is not None, traced)
+def _call(
+    static: Static,
+    x: Tensor,
+    need_grad: bool,
+    lengths: Tensor | None,
+    traced: bool,
+    dropout: float,
+    seed: int = 0,
+) -> Call:
+    """What the rule table sees of this call (sizes may be symbolic in the fake)."""
+    layout = _layout(static)
+    p = dropout if layout.spec.num_layers > 1 else 0.0  # dropout acts between layers only
+    return Call(
+        layout, x.device, x.dtype, x.shape[0], x.shape[1], need_grad, lengths is not None,
+        traced, p, seed,
+    )  # fmt: skip
 
 
 def _no_autocast(device: torch.device) -> Any:
@@ -125,6 +149,15 @@ def _empty(like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
     return like.new_empty(0, dtype=dtype)
 
 
+def _masks_like(call: Call, kept: Kept, x: Tensor) -> Tensor:
+    """The masks output as the fake makes it: the drawn masks' shape, or empty."""
+    if not (kept.masks and call.dropout > 0):
+        return _empty(x)
+    spec = call.spec
+    width = spec.num_dirs * spec.output_units
+    return x.new_empty(spec.num_layers - 1, call.steps, call.batch, width)
+
+
 @torch.library.custom_op("cudnn_rnn::rnn", mutates_args=())
 def _rnn_op(
     params: Tensor,
@@ -133,7 +166,7 @@ def _rnn_op(
     c0: Tensor | None,
     lengths: Tensor | None,
     dropout_step: Tensor | None,
-    mode: str,
+    rnn_mode: str,
     num_layers: int,
     num_units: int,
     input_size: int,
@@ -148,7 +181,7 @@ def _rnn_op(
     with _no_autocast(x.device):
         return _forward_impl(
             params, x, h0, c0, lengths, dropout_step,
-            (mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
+            (rnn_mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
             dropout, seed, need_grad, traced,
         )  # fmt: skip
 
@@ -166,44 +199,29 @@ def _forward_impl(
     need_grad: bool,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[Tensor]]:
-    layout = _layout(static)
-    spec = layout.spec
-    num_units = spec.num_units
+    call = _call(static, x, need_grad, lengths, traced, dropout)
+    if call.dropout > 0:
+        call = dataclasses.replace(call, seed=_call_seed(seed, dropout_step))
+    spec = call.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
     cpu_lengths = _check_lengths(lengths, steps)
-    engine = _engine(spec, x, need_grad, lengths, traced)
-    masks = _masks(spec, steps, batch, dropout, seed, dropout_step, x)
+    engine = engines.engine_for(call)
+    kept = engine.kept(call)
+    masks = None
+    if kept.masks and call.dropout > 0:
+        masks = _masks(spec, steps, batch, call.dropout, call.seed, x)
     masks_out = masks if masks is not None else _empty(x)
-    workspace: Tensor = _empty(x)
-    reserve: list[Tensor] = []
-    if batch == 0:  # as torch.nn: empty outputs and states
+    if batch == 0:  # as torch.nn: empty outputs and states; what the fake says, with no batch
         y = x.new_empty(steps, 0, spec.num_dirs * spec.output_units)
-        hy = h0.new_empty(h0.shape)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
-        ws = x.new_empty(engines.workspace_numel(engine, spec, steps, 0, need_grad))
-        if engines.has_reserve(engine):  # what the fake says, with no batch
-            reserve = [
-                _empty(x, torch.uint8) if k < spec.num_states else x.new_empty(steps, 0, num_units)
-                for k in range(onednn.reserve_count(spec))
-            ]
-        return y, hy, cy, masks_out, ws, reserve
-    if engine == engines.ONEDNN:
-        assert c0 is not None
-        y, hy, cy, reserve = onednn.forward(
-            layout, params, x.contiguous(), h0.contiguous(), c0.contiguous(), masks
-        )
-    elif engine == engines.NATIVE:
-        y, hy, c_n, workspace = native.forward(
-            layout, params, x, h0, c0, cpu_lengths, masks, need_grad
-        )
-        cy = c_n if c_n is not None else _empty(x)
-    elif engine == engines.LOOP:
-        y, hy, c_n, workspace = loop.forward(layout, params, x, h0, c0, cpu_lengths, masks)
-        cy = c_n if c_n is not None else _empty(x)
-    else:
-        y, hy, c_n = functional.rnn_forward(layout, params, x, h0, c0, cpu_lengths, masks)
-        cy = c_n if c_n is not None else _empty(x)
-    return y.contiguous(), hy.contiguous(), cy.contiguous(), masks_out, workspace, reserve
+        reserve = [r.make(x, 0) for r in kept.reserve]
+        return y, h0.new_empty(h0.shape), cy, masks_out, x.new_empty(kept.workspace), reserve
+    out = engine.forward(call, Inputs(params, x, h0, c0, cpu_lengths, masks))
+    cy = out.cy.contiguous() if out.cy is not None else _empty(x)
+    workspace = out.workspace if out.workspace is not None else _empty(x)
+    return (
+        out.y.contiguous(), out.hy.contiguous(), cy, masks_out, workspace, list(out.reserve)
+    )  # fmt: skip
 
 
 @_rnn_op.register_fake
@@ -214,7 +232,7 @@ def _rnn_fake(
     c0: Tensor | None,
     lengths: Tensor | None,
     dropout_step: Tensor | None,
-    mode: str,
+    rnn_mode: str,
     num_layers: int,
     num_units: int,
     input_size: int,
@@ -226,28 +244,19 @@ def _rnn_fake(
     need_grad: bool,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[Tensor]]:
-    static = (mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional)
-    spec = _layout(static).spec
-    steps, batch = x.shape[0], x.shape[1]
-    engine = _engine(spec, x, need_grad, lengths, traced)
-    y = x.new_empty(steps, batch, spec.num_dirs * spec.output_units)
-    hy = h0.new_empty(h0.shape)
+    static = (rnn_mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional)
+    call = _call(static, x, need_grad, lengths, traced, dropout)
+    spec = call.spec
+    kept = engines.engine_for(call).kept(call)
+    y = x.new_empty(call.steps, call.batch, spec.num_dirs * spec.output_units)
     cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
-    if dropout > 0.0 and num_layers > 1:
-        masks = x.new_empty(num_layers - 1, steps, batch, spec.num_dirs * spec.output_units)
-    else:
-        masks = _empty(x)
-    workspace = x.new_empty(engines.workspace_numel(engine, spec, steps, batch, need_grad))
-    reserve = []
-    if engines.has_reserve(engine):  # oneDNN's workspaces (lengths only it knows), outputs
-        ctx = torch.library.get_ctx()
-        reserve = [
-            x.new_empty(ctx.new_dynamic_size(), dtype=torch.uint8)
-            if k < spec.num_states
-            else x.new_empty(steps, batch, spec.num_units)
-            for k in range(onednn.reserve_count(spec))
-        ]
-    return y, hy, cy, masks, workspace, reserve
+    # Lengths only the kernel knows (oneDNN's workspaces, cuDNN's reserve) are data-dependent.
+    reserve = [
+        r.make(x, torch.library.get_ctx().new_dynamic_size() if r.shape is None else 0)
+        for r in kept.reserve
+    ]
+    workspace = x.new_empty(kept.workspace)
+    return y, h0.new_empty(h0.shape), cy, _masks_like(call, kept, x), workspace, reserve
 
 
 @torch.library.custom_op("cudnn_rnn::rnn_backward", mutates_args=())
@@ -266,20 +275,21 @@ def _rnn_backward_op(
     dy: Tensor,
     dhy: Tensor,
     dcy: Tensor,
-    mode: str,
+    rnn_mode: str,
     num_layers: int,
     num_units: int,
     input_size: int,
     num_proj: int,
     skip_input: bool,
     bidirectional: bool,
+    dropout: float,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     with _no_autocast(x.device):
         return _backward_impl(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve, dy, dhy, dcy,
-            (mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
-            traced,
+            (rnn_mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
+            dropout, traced,
         )  # fmt: skip
 
 
@@ -299,36 +309,26 @@ def _backward_impl(
     dhy: Tensor,
     dcy: Tensor,
     static: Static,
+    dropout: float,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    layout = _layout(static)
-    spec = layout.spec
-    steps, batch = int(x.shape[0]), int(x.shape[1])
-    engine = _engine(spec, x, True, lengths, traced)
-    mask = masks if masks.dim() == 4 else None  # an empty 1-D tensor: no dropout
-    if batch == 0:
+    call = _call(static, x, True, lengths, traced, dropout)
+    if int(x.shape[1]) == 0:
         return (
             torch.zeros_like(params),
             torch.zeros_like(x),
             torch.zeros_like(h0),
             torch.zeros_like(c0) if c0 is not None else _empty(x),
         )
-    if engine == engines.ONEDNN:
-        assert c0 is not None
-        dparams, dx, dh0, dc0 = onednn.backward(
-            layout, params, x.contiguous(), h0.contiguous(), c0.contiguous(), mask,
-            y, hy, cy, reserve, dy.contiguous(), dhy.contiguous(), dcy.contiguous(),
-        )  # fmt: skip
-        return dparams, dx, dh0, dc0
-    if engine not in (engines.LOOP, engines.NATIVE):
-        raise RuntimeError(f"cudnn_rnn::rnn_backward: engine {engine!r} keeps no workspace")
-    cpu_lengths = _check_lengths(lengths, steps)
-    run = native.backward if engine == engines.NATIVE else loop.backward
-    dparams, dx, dh0, dc0_or_none = run(
-        layout, params, x, h0, c0, cpu_lengths, mask, workspace, dy, dhy,
-        dcy if c0 is not None else None,
+    has_c = c0 is not None
+    saved = Saved(
+        params, x, h0, c0, _check_lengths(lengths, int(x.shape[0])),
+        masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
+        y, hy, cy if has_c else None, workspace, list(reserve),
     )  # fmt: skip
-    return dparams, dx, dh0, (dc0_or_none if dc0_or_none is not None else _empty(x))
+    grads = Grads(dy, dhy, dcy if has_c else None)
+    dparams, dx, dh0, dc0 = engines.engine_for(call).backward(call, saved, grads)
+    return dparams, dx, dh0, (dc0 if dc0 is not None else _empty(x))
 
 
 @_rnn_backward_op.register_fake
@@ -347,13 +347,14 @@ def _rnn_backward_fake(
     dy: Tensor,
     dhy: Tensor,
     dcy: Tensor,
-    mode: str,
+    rnn_mode: str,
     num_layers: int,
     num_units: int,
     input_size: int,
     num_proj: int,
     skip_input: bool,
     bidirectional: bool,
+    dropout: float,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     dc0 = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
@@ -411,6 +412,7 @@ def _save(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
     rest = output[5:]
     reserve = list(rest[0]) if rest and isinstance(rest[0], (list, tuple)) else list(rest)
     ctx.static = tuple(inputs[6 : 6 + _STATIC_ARGS])
+    ctx.dropout = inputs[6 + _STATIC_ARGS]
     ctx.traced = inputs[-1]
     ctx.has_c = c0 is not None
     ctx.save_for_backward(params, x, h0, c0, lengths, masks, y, hy, cy, workspace, *reserve)
@@ -435,7 +437,7 @@ def _grads(
     with torch.no_grad():
         dparams, dx, dh0, dc0 = _rnn_backward_op(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
-            dy, dhy, dcy, *ctx.static, ctx.traced,
+            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced,
         )  # fmt: skip
     return dparams, dx, dh0, (dc0 if ctx.has_c else None)
 

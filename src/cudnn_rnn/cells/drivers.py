@@ -1,23 +1,22 @@
 """TF's drivers: ``dynamic_rnn`` and ``stack_bidirectional_dynamic_rnn`` over compatible cells.
 
 They run a cell (or a ``MultiRNNCell``) over a sequence, as TF's do, with variable lengths. They
-run the cells' equations on torch's fused kernel (:func:`cudnn_rnn.functional.run_kernel`)
-rather than a Python loop over time wherever the math allows: for the three classes themselves
-(a subclass may override ``forward``) with variables and states in the inputs' dtype and on their
-device, consecutive layers of one mode and one ``num_units`` are one kernel call, and a
-bidirectional layer with two such cells is one bidirectional layer of it. The kernel's weights
-are made from the TF variables on every call by differentiable slicing, transposes and gate
-reordering, so gradients reach the same parameters. Everything else runs step by step
+run the cells' equations through the fused operator (:func:`cudnn_rnn.operator.rnn`, so the
+engine its rule table picks: native on CPU, cuDNN on CUDA) rather than a Python loop over time
+wherever the math allows: for the three classes themselves (a subclass may override ``forward``)
+with variables and states in the inputs' dtype and on their device, consecutive layers of one
+mode and one ``num_units`` are one call, and a bidirectional layer with two such cells is one
+bidirectional layer of it. The opaque buffer is made from the TF variables on every call by one
+differentiable concatenation (after slicing, transposes and gate reordering), so gradients reach
+the same parameters; the engine then uses it as it is. Everything else runs step by step
 (``_run_loop``). Both paths check the same things first and give the same results up to float
 rounding.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeAlias, TypeGuard
 
 import torch
@@ -34,10 +33,17 @@ from cudnn_rnn.cells.compatible import (
     _RNNCell,
 )
 from cudnn_rnn.core import tf_names
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
+from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
+    CUDNN_LSTM,
+    CUDNN_RNN_BIDIRECTION,
+    CUDNN_RNN_UNIDIRECTION,
+)
 from cudnn_rnn.core.gates import GATE_ORDERS, permute_gates
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.common import reverse_within
-from cudnn_rnn.functional import run_kernel
+from cudnn_rnn.operator import rnn
 from cudnn_rnn.validation import check_lengths
 
 __all__ = ["dynamic_rnn", "stack_bidirectional_dynamic_rnn"]
@@ -173,7 +179,7 @@ class _Fused(NamedTuple):
 
     @property
     def key(self) -> tuple[str, int]:
-        """Consecutive layers with one key share a kernel call (each reads the last one's h)."""
+        """Consecutive layers with one key share an operator call (each reads the last one's h)."""
         return self.cell.rnn_mode, self.cell.num_units
 
 
@@ -244,27 +250,34 @@ def _run_fused(
 ) -> tuple[Tensor, list[State]]:
     """Run checked layers, each ``(cell,)`` or ``(fw, bw)``, over time-major ``x``.
 
-    Consecutive layers with one key are one kernel call. Returns the outputs ``[T, B, D*H]`` and
-    the final states layer by layer (forward before backward), structured as the cells' states.
+    Consecutive layers with one key are one call of the operator. Returns the outputs
+    ``[T, B, D*H]`` and the final states layer by layer (forward before backward), structured as
+    the cells' states.
     """
     finals: list[State] = []
     for _, run in itertools.groupby(layers, key=lambda layer: layer[0].key):
         group = list(run)
         flat = [f for layer in group for f in layer]  # the kernel's order: layer-major, fw, bw
-        mode = flat[0].cell.rnn_mode
+        first = flat[0].cell
+        spec = RNNSpec(
+            first.rnn_mode,
+            len(group),
+            first.num_units,
+            int(x.shape[-1]),
+            direction=CUDNN_RNN_BIDIRECTION if len(group[0]) == 2 else CUDNN_RNN_UNIDIRECTION,
+        )
+        layout = layout_of(spec)
+        kernel = [w for f in flat for w in _kernel_weights(f.cell)]
+        # One differentiable concatenation into the opaque buffer, which the engine uses as it
+        # is (on CUDA cuDNN's own buffer: no second copy of the weights).
+        params = torch.cat([kernel[i].reshape(-1) for i in layout.kernel_order])
         h0 = torch.stack([f.h for f in flat])
-        c0 = torch.stack([f.c for f in flat if f.c is not None]) if mode == CUDNN_LSTM else None
-        with _quiet_weight_copy(x.device):
-            x, h_n, c_n = run_kernel(
-                mode,
-                [w for f in flat for w in _kernel_weights(f.cell)],
-                x,
-                h0,
-                c0,
-                num_layers=len(group),
-                bidirectional=len(group[0]) == 2,
-                lengths=cpu_lengths,
-            )
+        c0 = (
+            torch.stack([f.c for f in flat if f.c is not None]) if spec.mode == CUDNN_LSTM else None
+        )
+        x, h_n, c_n = rnn(
+            spec, params, x, h0, c0, cpu_lengths, training=False, seed=0, dropout_step=None
+        )
         finals += [
             h_n[k] if c_n is None else LSTMStateTuple(c_n[k], h_n[k]) for k in range(len(flat))
         ]
@@ -311,22 +324,6 @@ def _to_cudnn(t: Tensor, order: tuple[str, ...], mode: str, axis: int = 0) -> Te
     return t if order == cudnn else permute_gates(t, order, cudnn, axis)
 
 
-@contextlib.contextmanager
-def _quiet_weight_copy(device: torch.device) -> Iterator[None]:
-    """Silence cuDNN's warning that the weights are not one chunk (it then copies them).
-
-    The weights are made from the TF variables on every call, so that copy is expected.
-    """
-    if device.type != "cuda":
-        yield
-        return
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="RNN module weights are not part of single contiguous chunk"
-        )
-        yield
-
-
 def dynamic_rnn(
     cell: AnyCell,
     inputs: Tensor,
@@ -348,7 +345,7 @@ def dynamic_rnn(
 
     A cell of the three classes themselves (not a subclass), or a ``MultiRNNCell`` of them, runs
     on torch's fused kernel instead of a Python loop over time: consecutive layers with one mode
-    and one ``num_units`` are one kernel call. The first step's checks run first, with the same
+    and one ``num_units`` are one operator call. The first step's checks run first, with the same
     errors; variables or states in another dtype or on another device than the inputs, and any
     other cell, take the step-by-step loop. Both give the same results up to float rounding.
 

@@ -98,6 +98,24 @@ class Layout:
     #: The same blocks in buffer order; they tile the buffer exactly.
     blocks: tuple[Block, ...]
 
+    @property
+    def kernel_blocks(self) -> tuple[Block | None, ...]:
+        """The fused kernels' tensor list (torch's and cuDNN's): per pseudo-layer ``w_ih, w_hh,
+        b_ih, b_hh`` and, with projection, ``w_hr``; None where not stored (skip_input)."""
+        out: list[Block | None] = []
+        for f in self.fused:
+            out += [f.w_ih, f.w_hh, f.b_ih, f.b_hh]
+            if f.w_hr is not None:
+                out.append(f.w_hr)
+        return tuple(out)
+
+    @property
+    def kernel_order(self) -> tuple[int, ...]:
+        """Indices into :attr:`kernel_blocks` of the stored blocks, in buffer order: the flat
+        tensors concatenated in this order are the opaque buffer."""
+        stored = [(b.offset, i) for i, b in enumerate(self.kernel_blocks) if b is not None]
+        return tuple(i for _, i in sorted(stored))
+
     def unpack(self, flat: Any) -> tuple[list[Any], list[Any]]:
         """Canonical (weights, biases) of a 1-D buffer, as views (identity where not stored)."""
 

@@ -1,15 +1,21 @@
 """The kernel dispatch point: which engine runs a call, chosen by rule, never by timing.
 
-The rule looks only at what is fixed before the call runs (so the operator's fake
-implementation knows the shapes of what the engine keeps for its backward pass):
+The rule looks only at what is fixed before the call runs (a :class:`~.base.Call`: the spec,
+device, dtype, whether a gradient is needed, whether lengths are given, whether the call is
+being traced, the dropout in force), so the operator's fake implementation knows what the engine
+keeps for its backward pass. The first row that fits runs the call:
 
 ==============================  ==========================================================
 CPU, float32, no projection,    ``native``: our C engine (the forward's input projection
 the native engine loaded        and both time loops; torch's GEMMs for the weight
                                 gradients), with or without gradient, traced or not
                                 (:mod:`.native`)
+CUDA, float16/32/64, cuDNN      ``cudnn``: cuDNN through aten's ``_cudnn_rnn`` and
+available and enabled,          ``_cudnn_rnn_backward`` on the opaque buffer in place, with
+projection narrower than        or without gradient, traced or not; cuDNN's own dropout
+the cell (or none)              masks (:mod:`.cudnn`)
 no gradient needed              ``torch``: torch's fused kernels (oneDNN or native on CPU,
-                                cuDNN on CUDA), nothing kept (:mod:`cudnn_rnn.functional`)
+                                cuDNN on CUDA), nothing kept (:mod:`.torch_kernels`)
 gradient needed, CPU, LSTM,     ``onednn``: oneDNN's LSTM layer and its backward, as
 float32, no projection, no      torch.nn.LSTM trains on CPU (:mod:`.onednn`); only when
 sequence_lengths, not traced    the native engine is not loaded
@@ -17,33 +23,55 @@ gradient needed, otherwise      ``loop``: our time loop on torch operators with 
                                 back-propagation through time (:mod:`.loop`)
 ==============================  ==========================================================
 
-"Traced" means the call is being compiled or exported: oneDNN's workspace has a length only
-oneDNN knows, which a graph could only carry as a data-dependent size (a graph break in
-``torch.compile`` without ``fullgraph``), so traced calls keep our loop's workspace, whose length
-follows from the shapes. The native engine's workspace has the loop's layout (its length
-follows from the shapes too). The engines agree to float32 rounding (tests/test_operator.py,
-tests/test_native.py).
+"Traced" means the call is being compiled or exported. oneDNN's workspace has a length only
+oneDNN knows, which a graph can only carry as a data-dependent size, and ``torch.compile``
+without ``fullgraph`` breaks the graph there; so traced CPU calls keep our loop's workspace,
+whose length follows from the shapes. cuDNN's reserve is such a size too, and CUDA has no other
+fast engine, so traced CUDA calls take it: ``torch.compile(fullgraph=True)`` and
+``torch.export`` carry it as a data-dependent size; without ``fullgraph`` the graph breaks at
+the RNN, which then runs eagerly. The engines agree to float rounding (tests/test_operator.py,
+tests/test_native.py, tests/test_cudnn_engine.py).
 
-float64, float16 and bfloat16, projection and CUDA stay on torch's kernels and the loop.
-Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on the other rows as well;
-``cudnn_rnn.cpu_engine()`` says which engine CPU float32 calls run.
+float64, float16 and bfloat16 on CPU, projection on CPU, bfloat16 on CUDA and CUDA without cuDNN
+stay on torch's kernels and the loop. Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on
+the other rows as well; ``cudnn_rnn.cpu_engine()`` says which engine CPU float32 calls run.
+Every engine has the entry points of :class:`~.base.Engine`; adding one is one module and one
+row here.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from cudnn_rnn.core.constants import CUDNN_LSTM
+from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import common, loop, native, onednn
+from cudnn_rnn.engines import cudnn, loop, native, onednn, torch_kernels
+from cudnn_rnn.engines.base import Call, Engine
 
-TORCH = "torch"
+#: The rule table, in the order of the module docstring: the first engine that supports a call
+#: runs it (the last supports every call).
+RULES: tuple[Engine, ...] = (
+    native.ENGINE,
+    cudnn.ENGINE,
+    torch_kernels.ENGINE,
+    onednn.ENGINE,
+    loop.ENGINE,
+)
+
+NATIVE = native.NAME
+CUDNN = cudnn.NAME
+TORCH = torch_kernels.ENGINE.name
 ONEDNN = onednn.NAME
 LOOP = loop.NAME
-NATIVE = native.NAME
-ENGINES = (NATIVE, TORCH, ONEDNN, LOOP)
+ENGINES = tuple(e.name for e in RULES)
+
+
+def engine_for(call: Call) -> Engine:
+    """The engine that runs ``call``: the first row of the rule table that supports it."""
+    for engine in RULES:
+        if engine.supports(call):
+            return engine
+    raise AssertionError("the last rule supports every call")
 
 
 def select(
@@ -53,38 +81,8 @@ def select(
     need_grad: bool,
     lengths: bool,
     traced: bool = False,
+    dropout: float = 0.0,
 ) -> str:
-    """The engine for a call (see the table in this module's docstring)."""
-    if native.supports(spec, device, dtype):
-        return NATIVE
-    if not need_grad:
-        return TORCH
-    if (
-        not traced
-        and device.type == "cpu"
-        and spec.mode == CUDNN_LSTM
-        and dtype == torch.float32
-        and spec.num_proj is None
-        and not lengths
-        and onednn.available()
-    ):
-        return ONEDNN
-    return LOOP
-
-
-def workspace_numel(
-    engine: str, spec: RNNSpec, steps: Any, batch: Any, need_grad: bool = True
-) -> Any:
-    """Length of the workspace the engine keeps for backward (symbolic sizes work)."""
-    if not need_grad:
-        return 0
-    if engine == ONEDNN:
-        return onednn.workspace_numel(spec, steps, batch)
-    if engine in (LOOP, NATIVE):
-        return common.workspace_numel(spec, steps, batch)
-    return 0
-
-
-def has_reserve(engine: str) -> bool:
-    """Whether the engine keeps bytes whose length only the kernel knows (oneDNN's workspace)."""
-    return engine == ONEDNN
+    """The name of the engine for a call with these properties (see the table above)."""
+    call = Call(layout_of(spec), device, dtype, 0, 0, need_grad, lengths, traced, dropout)
+    return engine_for(call).name

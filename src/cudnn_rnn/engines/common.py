@@ -9,6 +9,7 @@ starts at the last valid step) and the dropout masks the operator drew
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.layout import Block, Layout
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines.base import NOTHING, Call, Grads, Kept, Saved
 
 
 class Weights(NamedTuple):
@@ -104,6 +106,30 @@ def workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
     """Length of the workspace (works on symbolic sizes too)."""
     inputs = (spec.num_layers - 1) * spec.num_dirs * spec.output_units
     return steps * batch * (spec.num_states * _per_step(spec) + inputs)
+
+
+class WorkspaceEngine:
+    """What the ``loop`` and ``native`` engines share: they keep this workspace when a gradient
+    is needed, and their backward functions take the same arguments."""
+
+    name: str
+
+    #: ``(layout, params, x, h0, c0, lengths, masks, ws, dy, dhy, dcy) -> (dparams, dx, dh0,
+    #: dc0)``: the engine module's backward function.
+    _backward: Callable[..., tuple[Tensor, Tensor, Tensor, Tensor | None]]
+
+    def kept(self, call: Call) -> Kept:
+        if not call.need_grad:
+            return NOTHING
+        return Kept(workspace=workspace_numel(call.spec, call.steps, call.batch))
+
+    def backward(
+        self, call: Call, saved: Saved, grads: Grads
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        s = saved
+        return self._backward(
+            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, *grads
+        )
 
 
 def split_workspace(

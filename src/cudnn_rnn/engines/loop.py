@@ -23,8 +23,10 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines.base import Call, Inputs, Outputs
 from cudnn_rnn.engines.common import (
     Weights,
+    WorkspaceEngine,
     active_steps,
     pseudo_layers,
     reverse_within,
@@ -284,3 +286,21 @@ def _direction_backward(
         hr = o * torch.tanh(saved[2])
         gw.proj.copy_(dproj_h.reshape(steps * batch, -1).t() @ hr.reshape(steps * batch, -1))
     return du, dh, dc
+
+
+class Loop(WorkspaceEngine):
+    """The last rule: any call that needs a gradient (see :mod:`cudnn_rnn.engines.base`)."""
+
+    name = NAME
+
+    def supports(self, call: Call) -> bool:
+        return True
+
+    def forward(self, call: Call, inputs: Inputs) -> Outputs:
+        y, hy, cy, ws = forward(call.layout, *inputs)
+        return Outputs(y, hy, cy, ws if call.need_grad else None)
+
+    _backward = staticmethod(backward)
+
+
+ENGINE = Loop()

@@ -42,9 +42,17 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.common import pseudo_layers, split_workspace, weight_grads, workspace_numel
+from cudnn_rnn.engines.base import Call, Inputs, Outputs
+from cudnn_rnn.engines.common import (
+    WorkspaceEngine,
+    pseudo_layers,
+    split_workspace,
+    weight_grads,
+    workspace_numel,
+)
 
 __all__ = [
+    "ENGINE",
     "NAME",
     "NativeEngineWarning",
     "available",
@@ -376,3 +384,22 @@ def backward(
             d_in = d_in * masks[layer - 1]
         d_out = d_in
     return dparams, d_out, dh0, dc0
+
+
+class Native(WorkspaceEngine):
+    """The engine object of the rule table (see :mod:`cudnn_rnn.engines.base`)."""
+
+    name = NAME
+
+    def supports(self, call: Call) -> bool:
+        return supports(call.spec, call.device, call.dtype)
+
+    def forward(self, call: Call, inputs: Inputs) -> Outputs:
+        p, x, h0, c0, lengths, masks = inputs
+        y, hy, cy, ws = forward(call.layout, p, x, h0, c0, lengths, masks, call.need_grad)
+        return Outputs(y, hy, cy, ws)
+
+    _backward = staticmethod(backward)
+
+
+ENGINE = Native()

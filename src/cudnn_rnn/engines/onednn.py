@@ -19,10 +19,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_rnn.core.constants import CUDNN_LSTM
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines.base import Call, Grads, Inputs, Kept, Outputs, Reserve, Saved
 from cudnn_rnn.engines.common import Weights, pseudo_layers
-from cudnn_rnn.functional import stacked_identity
+from cudnn_rnn.engines.torch_kernels import stacked_identity
 
 NAME = "onednn"
 _LSTM = 2  # cuDNN's (and oneDNN's in torch) code for the LSTM
@@ -34,14 +36,12 @@ def available() -> bool:
     return bool(mkldnn) and hasattr(torch.ops.aten, "mkldnn_rnn_layer")
 
 
-def workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
-    return 0  # everything kept is in the reserve list, by reference
-
-
-def reserve_count(spec: RNNSpec) -> int:
-    """Length of the reserve list: per pseudo-layer oneDNN's workspace, then the outputs of the
-    pseudo-layers below the last layer."""
-    return spec.num_states + (spec.num_layers - 1) * spec.num_dirs
+def kept(spec: RNNSpec, steps: Any, batch: Any) -> Kept:
+    """The reserve list: per pseudo-layer oneDNN's workspace (a length only oneDNN knows), then
+    the outputs ``[T, B, H]`` of the pseudo-layers below the last layer; no workspace."""
+    outputs = Reserve((steps, batch, spec.num_units))
+    below = (spec.num_layers - 1) * spec.num_dirs
+    return Kept(reserve=(Reserve(),) * spec.num_states + (outputs,) * below)
 
 
 def _kernel_weights(wt: Weights, spec: RNNSpec) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -58,7 +58,7 @@ def forward(
     c0: Tensor,
     masks: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-    """The stack; returns ``(y, h_n, c_n, reserve)`` (see :func:`reserve_count`)."""
+    """The stack; returns ``(y, h_n, c_n, reserve)`` (see :func:`kept`)."""
     spec = layout.spec
     weights = pseudo_layers(layout, params)
     hs, cs, workspaces, outs = [], [], [], []
@@ -146,3 +146,49 @@ def backward(
             d_in = d_in * masks[layer - 1]
         d_out = d_in
     return dparams, d_out, dh0, dc0
+
+
+class OneDNN:
+    """The engine object of the rule table (see :mod:`cudnn_rnn.engines.base`)."""
+
+    name = NAME
+
+    def supports(self, call: Call) -> bool:
+        # Traced calls keep the loop's workspace, whose length follows from the shapes: a
+        # reserve of a length only oneDNN knows would break a graph compiled without fullgraph.
+        spec = call.spec
+        return (
+            call.need_grad
+            and not call.traced
+            and call.device.type == "cpu"
+            and spec.mode == CUDNN_LSTM
+            and call.dtype == torch.float32
+            and spec.num_proj is None
+            and not call.lengths
+            and available()
+        )
+
+    def kept(self, call: Call) -> Kept:
+        return kept(call.spec, call.steps, call.batch)
+
+    def forward(self, call: Call, inputs: Inputs) -> Outputs:
+        params, x, h0, c0, _lengths, masks = inputs
+        assert c0 is not None  # an LSTM
+        y, hy, cy, reserve = forward(
+            call.layout, params, x.contiguous(), h0.contiguous(), c0.contiguous(), masks
+        )
+        return Outputs(y, hy, cy, None, reserve)
+
+    def backward(
+        self, call: Call, saved: Saved, grads: Grads
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        s = saved
+        assert s.c0 is not None and s.cy is not None and grads.dcy is not None
+        return backward(
+            call.layout, s.params, s.x.contiguous(), s.h0.contiguous(), s.c0.contiguous(),
+            s.masks, s.y, s.hy, s.cy, s.reserve, grads.dy.contiguous(), grads.dhy.contiguous(),
+            grads.dcy.contiguous(),
+        )  # fmt: skip
+
+
+ENGINE = OneDNN()

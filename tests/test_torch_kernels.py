@@ -1,4 +1,4 @@
-"""The fused path is fed views of the opaque buffer: no copy of the parameters."""
+"""The torch-kernel engine is fed views of the opaque buffer: no copy of the parameters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.functional import kernel_weights
+from cudnn_rnn.engines.torch_kernels import kernel_weights
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The forward pass of a cuDNN RNN on torch's fused kernels (the operator's inference engine).
+"""The ``torch`` engine: a cuDNN RNN's forward pass on torch's fused kernels (inference only).
 
 The kernels are the ones ``torch.nn.LSTM/GRU/RNN`` run (native or oneDNN on CPU, cuDNN on CUDA).
 They take per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh(, w_hr)]`` with the gates stacked in cuDNN's
@@ -36,6 +36,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Saved, no_backward
 
 _KERNELS: dict[str, Callable[..., Any]] = {
     CUDNN_LSTM: _VF.lstm,
@@ -76,16 +77,10 @@ def _plan(layout: Layout) -> _Plan:
 
 def _make_plan(layout: Layout) -> _Plan:
     index = {b: i for i, b in enumerate(layout.blocks)}
-    order: list[int] = []
-    for f in layout.fused:
-        order.append(index[f.w_ih] if f.w_ih is not None else -1)
-        order += [index[f.w_hh], index[f.b_ih], index[f.b_hh]]
-        if f.w_hr is not None:
-            order.append(index[f.w_hr])
     return _Plan(
         tuple(math.prod(b.shape) for b in layout.blocks),
         tuple(b.shape for b in layout.blocks),
-        tuple(order),
+        tuple(index[b] if b is not None else -1 for b in layout.kernel_blocks),
     )
 
 
@@ -185,38 +180,6 @@ def run_packed(
     )
 
 
-def run_kernel(
-    mode: str,
-    weights: Sequence[Tensor],
-    x: Tensor,
-    h0: Tensor,
-    c0: Tensor | None,
-    *,
-    num_layers: int,
-    bidirectional: bool,
-    lengths: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """torch's fused kernel for ``mode`` over time-major ``x`` with weights in torch's format.
-
-    ``weights``: per pseudo-layer ``[w_ih, w_hh, b_ih, b_hh]`` (cuDNN's gate order); ``h0``/``c0``
-    ``[L*D, B, H]``; ``lengths`` a CPU int64 tensor ``[B]`` or None (cuDNN's padded semantics).
-    No dropout, no projection. Returns ``(outputs [T, B, D*H], h_n, c_n or None)``. The weights
-    may be strided views (transposes of TF's kernels): cuDNN's backward reshapes them with
-    ``view``, which refuses those on CUDA, so they are made contiguous (a copy the gradient goes
-    through).
-    """
-    weights = [w.contiguous() for w in weights]
-    return run_packed(
-        x,
-        h0,
-        c0,
-        lengths,
-        lambda data, batch_sizes, h, c: _run(
-            mode, data, batch_sizes, h, c, weights, num_layers, bidirectional
-        ),
-    )
-
-
 def _stack(
     spec: RNNSpec,
     weights: list[Tensor],
@@ -313,3 +276,27 @@ def _add_dead_unit(
             blocks = w.reshape(gates, units, -1)
             out.append(F.pad(blocks, (0, 0, 0, 1)).reshape(gates * (units + 1), *w.shape[1:]))
     return out, F.pad(c0, (0, 1))
+
+
+class TorchKernels:
+    """Calls without gradient on torch's kernels: nothing is kept."""
+
+    name = "torch"
+
+    def supports(self, call: Call) -> bool:
+        return not call.need_grad
+
+    def kept(self, call: Call) -> Kept:
+        return NOTHING
+
+    def forward(self, call: Call, inputs: Inputs) -> Outputs:
+        y, hy, cy = rnn_forward(call.layout, *inputs)
+        return Outputs(y, hy, cy)
+
+    def backward(
+        self, call: Call, saved: Saved, grads: Grads
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        raise no_backward(self.name)
+
+
+ENGINE = TorchKernels()
