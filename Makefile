@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
 
-.PHONY: test demo bench gpu-check install lint typecheck pytest clean
+.PHONY: test demo bench gpu-check sanitize install lint typecheck pytest clean
 
 # The editable install also compiles the native engine (setup.py; optional: without a C compiler
 # the package installs and runs torch's kernels). Its sources are prerequisites, so an edit rebuilds.
@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)
 install: $(VENV)/.installed
 
 lint: install
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests tools
+	$(VENV)/bin/ruff format --check src tests tools
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -43,6 +43,11 @@ bench: install
 # against torch.nn's cuDNN), written into docs/gpu.md; without CUDA it says so and changes nothing.
 gpu-check: install
 	$(PY) -m cudnn_rnn.gpu_check --out docs
+
+# The native engine built with AddressSanitizer and UBSan, and every native test run under them
+# (about two minutes; `make test` runs a quick subset in tests/test_sanitize.py).
+sanitize: install
+	$(PY) tools/sanitize.py
 
 # Trains, saves, restores and verifies a small CudnnLSTM model (about two minutes on 2 CPU
 # cores); options pass through DEMO_ARGS, e.g. make demo DEMO_ARGS="--steps 100 --nproc 2".

@@ -417,13 +417,41 @@ def test_run_ours_and_oracle_agree_at_batch_one_step_one() -> None:
 @needs_engine
 def test_library_refuses_bad_sizes_and_missing_pointers() -> None:
     x, r, y, hn = torch.zeros(4), torch.zeros(4, 4), torch.zeros(4), torch.zeros(4)  # alive
-    good = dict(mode=1, steps=1, batch=1, units=4, threads=1, gi=x.data_ptr(), bi=x.data_ptr(),
-                r=r.data_ptr(), h0=x.data_ptr(), y=y.data_ptr(), hn=hn.data_ptr())  # fmt: skip
+    good = dict(mode=1, steps=1, batch=1, units=4, threads=1, gi=x.data_ptr(), gi_st=4, gi_sb=4,
+                bi=x.data_ptr(), r=r.data_ptr(), h0=x.data_ptr(), y=y.data_ptr(), y_st=4, y_sb=4,
+                hn=hn.data_ptr())  # fmt: skip
     native._call("cr_forward", native._ForwardArgs(**good))
     # A cell state given to a mode without one is ignored (it crashed once).
     c = torch.full((4,), 7.0)
     native._call("cr_forward", native._ForwardArgs(**good, c0=c.data_ptr(), cn=c.data_ptr()))
     assert c.tolist() == [7.0] * 4
-    for bad in ({"bi": None}, {"steps": 0}, {"mode": 7}, {"mode": 3}):  # mode 3: the GRU's bR
-        with pytest.raises(RuntimeError, match=r"cr_forward refused its arguments \(2\)"):
+    # Strides that would make rows overlap or run short are refused too.
+    for bad in (
+        {"bi": None}, {"steps": 0}, {"mode": 7}, {"mode": 3},  # mode 3: the GRU's bR
+        {"gi_sb": 2}, {"gi_st": 0}, {"y_sb": 3}, {"y_st": 2, "batch": 2},
+    ):  # fmt: skip
+        with pytest.raises(RuntimeError, match="cr_forward refused its sizes or a missing pointer"):
             native._call("cr_forward", native._ForwardArgs(**{**good, **bad}))
+    # Lengths outside [0, steps] are refused before any step reads them.
+    for length in (-1, 2, 2**40):
+        lengths = torch.tensor([length])
+        with pytest.raises(RuntimeError, match=r"lengths outside \[0, steps\]"):
+            native._call("cr_forward", native._ForwardArgs(**good, lengths=lengths.data_ptr()))
+
+
+@needs_engine
+def test_library_backward_refuses_bad_strides_and_lengths() -> None:
+    units = 4
+    buf = [torch.zeros(units * units) for _ in range(6)]  # alive for the call
+    good = dict(
+        mode=1, steps=1, batch=1, units=units, threads=1, r=buf[0].data_ptr(),
+        gates=buf[1].data_ptr(), hprev=buf[2].data_ptr(), dy=buf[3].data_ptr(), dy_st=units,
+        dy_sb=units, dgi=buf[4].data_ptr(), dh0=buf[5].data_ptr(),
+    )  # fmt: skip
+    native._call("cr_backward", native._BackwardArgs(**good))
+    for bad in ({"dy_sb": units - 1}, {"dy_st": 0}, {"dy": None}):
+        with pytest.raises(RuntimeError, match="cr_backward refused its sizes or a missing"):
+            native._call("cr_backward", native._BackwardArgs(**{**good, **bad}))
+    lengths = torch.tensor([3])
+    with pytest.raises(RuntimeError, match=r"cr_backward refused sequence lengths outside"):
+        native._call("cr_backward", native._BackwardArgs(**good, lengths=lengths.data_ptr()))

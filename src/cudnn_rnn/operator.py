@@ -216,7 +216,11 @@ def _forward_impl(
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
         reserve = [r.make(x, 0) for r in kept.reserve]
         return y, h0.new_empty(h0.shape), cy, masks_out, x.new_empty(kept.workspace), reserve
-    out = engine.forward(call, Inputs(params, x, h0, c0, cpu_lengths, masks))
+    # Every engine sees C-contiguous tensors (a copy where the caller's are not), so the
+    # layout of what the caller passes can change neither the path nor the bits.
+    c0 = c0.contiguous() if c0 is not None else None
+    inputs = Inputs(params.contiguous(), x.contiguous(), h0.contiguous(), c0, cpu_lengths, masks)
+    out = engine.forward(call, inputs)
     cy = out.cy.contiguous() if out.cy is not None else _empty(x)
     workspace = out.workspace if out.workspace is not None else _empty(x)
     return (
@@ -322,11 +326,12 @@ def _backward_impl(
         )
     has_c = c0 is not None
     saved = Saved(
-        params, x, h0, c0, _check_lengths(lengths, int(x.shape[0])),
+        params.contiguous(), x.contiguous(), h0.contiguous(),
+        c0.contiguous() if c0 is not None else None, _check_lengths(lengths, int(x.shape[0])),
         masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
         y, hy, cy if has_c else None, workspace, list(reserve),
     )  # fmt: skip
-    grads = Grads(dy, dhy, dcy if has_c else None)
+    grads = Grads(dy.contiguous(), dhy.contiguous(), dcy.contiguous() if has_c else None)
     dparams, dx, dh0, dc0 = engines.engine_for(call).backward(call, saved, grads)
     return dparams, dx, dh0, (dc0 if dc0 is not None else _empty(x))
 

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 3
+#define CR_ABI_VERSION 4
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -455,11 +455,30 @@ static int valid_sizes(int64_t mode, int64_t steps, int64_t batch, int64_t units
     return mode >= CR_RNN_RELU && mode <= CR_GRU && steps >= 1 && batch >= 1 && units >= 1;
 }
 
-/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes or a
- * missing pointer. */
+/* A time-major [T, B, >= width] layout given by its strides: rows of at least `width` elements
+ * that do not overlap, steps of at least `batch` rows. */
+static int valid_strides(int64_t st, int64_t sb, int64_t batch, int64_t width) {
+    return sb >= width && st >= batch * sb;
+}
+
+/* Every length in [0, steps] (what the loops index time with). */
+static int valid_lengths(const int64_t *lengths, int64_t batch, int64_t steps) {
+    if (!lengths) return 1;
+    for (int64_t b = 0; b < batch; b++)
+        if (lengths[b] < 0 || lengths[b] > steps) return 0;
+    return 1;
+}
+
+/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes,
+ * strides or a missing pointer, 3 on lengths outside [0, steps]. The caller hands every array
+ * C-contiguous with the sizes these describe (engines/native.py's one boundary). */
 int cr_forward(const cr_forward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
     if (!(a->gi || (a->x && a->w && a->input_size >= 1))) return 2;
+    if (a->gi && !valid_strides(a->gi_st, a->gi_sb, a->batch, gates_of(a->mode) * a->units))
+        return 2;
+    if (!valid_strides(a->y_st, a->y_sb, a->batch, a->units)) return 2;
+    if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
     if (!a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
@@ -476,6 +495,8 @@ int cr_forward(const cr_forward_args *a) {
 
 int cr_backward(const cr_backward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
+    if (!valid_strides(a->dy_st, a->dy_sb, a->batch, a->units)) return 2;
+    if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
     if (!a->r || !a->gates || !a->hprev || !a->dy || !a->dgi || !a->dh0) return 2;
     if (a->mode == CR_GRU && (!a->extra || !a->dghn)) return 2;
     if (a->mode == CR_LSTM && (!a->extra || !a->c0 || !a->dc0)) return 2;

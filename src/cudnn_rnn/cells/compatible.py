@@ -345,7 +345,9 @@ class _Cell(_RNNCell):
             )
         # An explicit device wins; otherwise the variables go where the first inputs are.
         self._build(int(inputs.shape[1]), self._device or inputs.device)
-        return inputs
+        # A step's products are torch's, whose rounding can follow the memory layout: a
+        # contiguous copy makes the bits the same whatever layout the caller's tensor has.
+        return inputs.contiguous()
 
     def _check_call(self, inputs: object, state: object) -> tuple[Tensor, tuple[Tensor, ...]]:
         """What ``forward`` checks (building the cell if needed): inputs and the state tensors.
@@ -366,7 +368,7 @@ class _Cell(_RNNCell):
                 f"{self._owner}: {name} must have shape [batch, num_units] = "
                 f"({batch}, {self._num_units}), got {tuple(value.shape)}."
             )
-        return value
+        return value.contiguous()  # as the inputs (see _check_inputs_and_build)
 
     def extra_repr(self) -> str:
         return f"num_units={self._num_units}, input_depth={self._input_depth}"

@@ -66,7 +66,10 @@ __all__ = [
 
 NAME = "native"
 ENV = "CUDNN_RNN_NATIVE"
-ABI_VERSION = 3
+#: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
+#: AddressSanitizer/UBSan build).
+LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
+ABI_VERSION = 4
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -122,9 +125,13 @@ class _Library:
 def _load() -> ctypes.CDLL:
     package = Path(__file__).resolve().parent.parent
     candidates = [package / f"_engine{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    chosen = os.environ.get(LIBRARY_ENV)
+    if chosen:  # a build of the engine other than the package's (the sanitizer run)
+        candidates = [Path(chosen)]
     found = [p for p in candidates if p.is_file()]
     if not found:
-        raise OSError(f"the native engine is not built (no {package / '_engine*.so'})")
+        where = chosen if chosen else package / "_engine*.so"
+        raise OSError(f"the native engine is not built (no {where})")
     lib = ctypes.CDLL(str(found[0]))
     if lib.cr_abi_version() != ABI_VERSION:
         raise OSError(
@@ -223,6 +230,12 @@ class use_level:
         lib.cr_set_level(-1)
 
 
+def library_path() -> str | None:
+    """The file the engine was loaded from (None when it is not loaded)."""
+    lib = _library().lib
+    return None if lib is None else str(lib._name)
+
+
 def describe() -> str:
     """Which engine CPU calls run, e.g. ``native (avx512, 2 threads)`` or ``torch (...why)``."""
     state = _library()
@@ -239,14 +252,79 @@ def activation(kind: str, x: Tensor) -> Tensor:
     if lib is None:
         raise RuntimeError(f"the native engine is not loaded: {_library().reason}")
     kinds = {"sigmoid": 0, "tanh": 1, "exp": 2}
-    src = x.detach().to(torch.float32).contiguous()
-    out = torch.empty_like(src)
-    lib.cr_activation(kinds[kind], src.numel(), src.data_ptr(), out.data_ptr())
+    src = boundary(x.detach().to(torch.float32), "x", tuple(x.shape))
+    out = boundary(torch.empty_like(src), "out", tuple(x.shape), output=True)
+    lib.cr_activation(kinds[kind], src.numel(), _ptr(src), _ptr(out))
     return out
 
 
-def _ptr(t: Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+# ---- the one way into C ------------------------------------------------------------------------
+
+
+def boundary(
+    t: Tensor,
+    name: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+    *,
+    output: bool = False,
+) -> Tensor:
+    """``t`` as the C library reads it: on the CPU, of ``dtype`` and ``shape``, C-contiguous.
+
+    An input that is not contiguous (expanded, sliced, transposed, a view at an offset) is
+    copied; an output must already be, since C writes where the pointer says (the engine
+    allocates its outputs, so a strided one is a bug here, not the caller's). The C library
+    reads every tensor as ``numel`` contiguous elements from the pointer: this is the only
+    place that makes that true, and :func:`_ptr` the only place that takes a pointer.
+    """
+    problem = ""
+    if t.device.type != "cpu":
+        problem = f"is on {t.device}"
+    elif t.dtype != dtype:
+        problem = f"is {t.dtype}"
+    elif tuple(t.shape) != tuple(shape):
+        problem = f"has shape {tuple(t.shape)}"
+    if problem:
+        raise RuntimeError(
+            f"cudnn_rnn native engine: {name} {problem}, expected a CPU {dtype} tensor of "
+            f"shape {tuple(shape)} (a bug in the engine's caller: please report it)"
+        )
+    if t.is_contiguous():
+        return t
+    if output:
+        raise RuntimeError(
+            f"cudnn_rnn native engine: the output {name} is not contiguous (strides "
+            f"{t.stride()}), which C cannot write through (a bug: please report it)"
+        )
+    return t.contiguous()
+
+
+_TYPES = (torch.float32, torch.int64)
+
+
+def _ptr(t: Tensor | None, offset: int = 0) -> int | None:
+    """The address of element ``offset`` of a contiguous CPU tensor (None for None)."""
+    if t is None:
+        return None
+    if not (t.is_contiguous() and t.device.type == "cpu" and t.dtype in _TYPES):
+        raise RuntimeError(
+            f"cudnn_rnn native engine: a {t.dtype} tensor on {t.device} with strides "
+            f"{t.stride()} reached the C boundary unchecked (a bug: please report it)"
+        )
+    if not 0 <= offset < max(t.numel(), 1):
+        raise RuntimeError(
+            f"cudnn_rnn native engine: offset {offset} outside a tensor of {t.numel()} "
+            "elements (a bug: please report it)"
+        )
+    return t.data_ptr() + offset * t.element_size()
+
+
+#: What the C library's return codes mean (0: done).
+_CODES = {
+    1: "ran out of memory",
+    2: "refused its sizes or a missing pointer",
+    3: "refused sequence lengths outside [0, steps]",
+}
 
 
 def _call(fn_name: str, args: ctypes.Structure) -> None:
@@ -256,7 +334,8 @@ def _call(fn_name: str, args: ctypes.Structure) -> None:
     if rc == 1:
         raise MemoryError(f"cudnn_rnn native engine: {fn_name} ran out of memory")
     if rc != 0:
-        raise RuntimeError(f"cudnn_rnn native engine: {fn_name} refused its arguments ({rc})")
+        what = _CODES.get(rc, f"returned {rc}")
+        raise RuntimeError(f"cudnn_rnn native engine: {fn_name} {what} (a bug: please report it)")
 
 
 def forward(
@@ -273,8 +352,12 @@ def forward(
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs, gates = spec.num_dirs, spec.num_gates
-    x, h0 = x.contiguous(), h0.contiguous()
-    c0 = c0.contiguous() if c0 is not None else None
+    states = (spec.num_states, batch, units)
+    params = boundary(params, "params", (layout.size,))
+    x = boundary(x, "x", (steps, batch, spec.input_size))
+    h0 = boundary(h0, "h0", states)
+    c0 = boundary(c0, "c0", states) if c0 is not None else None
+    lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
     ws = x.new_empty(workspace_numel(spec, steps, batch) if need_grad else 0)
     saved, inputs = split_workspace(ws, spec, steps, batch) if need_grad else ([], [])
     hn = torch.empty_like(h0)
@@ -291,7 +374,9 @@ def forward(
             layer_input = layer_input * masks[layer - 1]
         if layer > 0 and need_grad:
             inputs[layer - 1].copy_(layer_input)
-        y = x.new_empty(steps, batch, dirs * units)
+        width = spec.input_size if layer == 0 else dirs * units
+        layer_input = boundary(layer_input, "the layer input", (steps, batch, width))
+        y = boundary(x.new_empty(steps, batch, dirs * units), "y", (steps, batch, dirs * units))
         for d in range(dirs):
             p = layer * dirs + d
             wt = weights[p]
@@ -300,25 +385,24 @@ def forward(
             # input projection itself, each thread for its own units (torch's matmul ran it
             # at 95-130 GFLOP/s on our AMD machine, our micro-kernel at the loop's rate).
             bias = wt.bw if spec.mode == CUDNN_GRU else wt.bw + wt.br
-            args.bi = bias.data_ptr()
+            args.bi = _ptr(bias)
             if wt.w is None:  # skip_input: the input itself goes into every gate
                 gi = layer_input.repeat(1, 1, gates)
-                args.gi, args.x, args.w = gi.data_ptr(), None, None
+                args.gi, args.x, args.w = _ptr(gi), None, None
             else:
-                layer_input = layer_input.contiguous()
-                args.gi, args.x, args.w = None, layer_input.data_ptr(), wt.w.data_ptr()
-                args.input_size = int(layer_input.shape[-1])
+                args.gi, args.x, args.w = None, _ptr(layer_input), _ptr(wt.w)
+                args.input_size = width
             args.reverse = d
-            args.r = wt.r.data_ptr()
-            args.br = wt.br.data_ptr() if spec.mode == CUDNN_GRU else None
-            args.h0, args.hn = h0[p].data_ptr(), hn[p].data_ptr()
-            args.c0 = None if c0 is None else c0[p].data_ptr()
-            args.cn = None if cn is None else cn[p].data_ptr()
-            args.y = y.data_ptr() + 4 * d * units
+            args.r = _ptr(wt.r)
+            args.br = _ptr(wt.br) if spec.mode == CUDNN_GRU else None
+            args.h0, args.hn = _ptr(h0[p]), _ptr(hn[p])
+            args.c0 = None if c0 is None else _ptr(c0[p])
+            args.cn = None if cn is None else _ptr(cn[p])
+            args.y = _ptr(y, d * units)
             if need_grad:
                 kept = saved[p]
-                args.ws_gates, args.ws_hprev = kept[0].data_ptr(), kept[1].data_ptr()
-                args.ws_extra = kept[2].data_ptr() if len(kept) > 2 else None
+                args.ws_gates, args.ws_hprev = _ptr(kept[0]), _ptr(kept[1])
+                args.ws_extra = _ptr(kept[2]) if len(kept) > 2 else None
             _call("cr_forward", args)
         layer_input = y
     return layer_input, hn, cn, ws
@@ -341,10 +425,13 @@ def backward(
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs, gates = spec.num_dirs, spec.num_gates
-    x = x.contiguous()
-    c0 = c0.contiguous() if c0 is not None else None
-    dhy = dhy.contiguous()
-    dcy = dcy.contiguous() if dcy is not None else None
+    states = (spec.num_states, batch, units)
+    params = boundary(params, "params", (layout.size,))
+    c0 = boundary(c0, "c0", states) if c0 is not None else None
+    lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
+    ws = boundary(ws, "workspace", (workspace_numel(spec, steps, batch),))
+    dhy = boundary(dhy, "dh_n", states)
+    dcy = boundary(dcy, "dc_n", states) if dcy is not None else None
     saved, inputs = split_workspace(ws, spec, steps, batch)
     weights = pseudo_layers(layout, params)
     dparams = torch.empty_like(params)  # every stored block is written below
@@ -357,7 +444,7 @@ def backward(
         threads=torch.get_num_threads(), lengths=_ptr(lengths),
         dy_st=batch * dirs * units, dy_sb=dirs * units,
     )  # fmt: skip
-    d_out = dy.contiguous()
+    d_out = boundary(dy, "dy", (steps, batch, dirs * units))
     for layer in reversed(range(spec.num_layers)):
         u = x if layer == 0 else inputs[layer - 1]
         d_in: Tensor | None = None
@@ -367,21 +454,23 @@ def backward(
             dgi = x.new_empty(steps, batch, gates * units)
             dghn = x.new_empty(steps, batch, units) if gru else None
             args.reverse = d
-            args.r = weights[p].r.data_ptr()
-            args.gates, args.hprev = kept[0].data_ptr(), kept[1].data_ptr()
-            args.extra = kept[2].data_ptr() if len(kept) > 2 else None
-            args.c0 = None if c0 is None else c0[p].data_ptr()
-            args.dy = d_out.data_ptr() + 4 * d * units
-            args.dhy, args.dh0 = dhy[p].data_ptr(), dh0[p].data_ptr()
-            args.dcy = None if dcy is None else dcy[p].data_ptr()
-            args.dc0 = None if dc0 is None else dc0[p].data_ptr()
-            args.dgi, args.dghn = dgi.data_ptr(), _ptr(dghn)
+            args.r = _ptr(weights[p].r)
+            args.gates, args.hprev = _ptr(kept[0]), _ptr(kept[1])
+            args.extra = _ptr(kept[2]) if len(kept) > 2 else None
+            args.c0 = None if c0 is None else _ptr(c0[p])
+            args.dy = _ptr(d_out, d * units)
+            args.dhy, args.dh0 = _ptr(dhy[p]), _ptr(dh0[p])
+            args.dcy = None if dcy is None else _ptr(dcy[p])
+            args.dc0 = None if dc0 is None else _ptr(dc0[p])
+            args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
             _call("cr_backward", args)
             du = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn)
             d_in = du if d_in is None else d_in.add_(du)
         assert d_in is not None
         if layer > 0 and masks is not None:
             d_in = d_in * masks[layer - 1]
+        if layer > 0:  # the next C call reads it as the gradient of layer - 1's output
+            d_in = boundary(d_in, "the layer output's gradient", (steps, batch, dirs * units))
         d_out = d_in
     return dparams, d_out, dh0, dc0
 

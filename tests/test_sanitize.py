@@ -1,0 +1,77 @@
+"""The native engine under AddressSanitizer and UBSan (tools/sanitize.py; ``make sanitize``).
+
+CI runs the quick subset here (the oracle grid at the vector instruction sets, strided tensors,
+lengths at their limits, threads, NaN); ``make sanitize`` runs every native test. First a check
+that the sanitizers are live: an undersized output buffer handed to C past the boundary must be
+reported as a heap buffer overflow.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import sanitize  # noqa: E402
+
+CC = sanitize.compiler()
+
+
+def _runtime_or_skip() -> str:
+    if CC is None:
+        pytest.skip("no C compiler")
+    try:
+        return sanitize.runtime(CC, "libasan.so")
+    except (FileNotFoundError, subprocess.CalledProcessError) as err:
+        pytest.skip(str(err))
+
+
+def test_the_sanitizers_catch_an_overflow(tmp_path: Path) -> None:
+    _runtime_or_skip()
+    assert CC is not None
+    library = sanitize.build(CC, tmp_path)
+    code = textwrap.dedent(
+        """
+        import torch
+        from cudnn_rnn.engines import native
+        assert native.library_path() == native.os.environ[native.LIBRARY_ENV]
+        units = 8
+        gi, r = torch.zeros(units), torch.zeros(units, units)
+        y = torch.zeros(units - 1)   # one element short: C writes past it
+        args = native._ForwardArgs(
+            mode=1, steps=1, batch=1, units=units, threads=1, gi=gi.data_ptr(), gi_st=units,
+            gi_sb=units, bi=gi.data_ptr(), r=r.data_ptr(), h0=gi.data_ptr(), y=y.data_ptr(),
+            y_st=units, y_sb=units, hn=torch.zeros(units).data_ptr(),
+        )
+        native._call("cr_forward", args)
+        print("not caught")
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=sanitize.environment(CC, library),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "not caught" not in proc.stdout, proc.stdout
+    assert "heap-buffer-overflow" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_native_tests_pass_under_the_sanitizers() -> None:
+    _runtime_or_skip()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "sanitize.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert " passed" in proc.stdout and "error" not in proc.stdout.splitlines()[-1]

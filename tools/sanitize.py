@@ -1,0 +1,101 @@
+"""Build the native engine with AddressSanitizer and UBSan and run its tests under them.
+
+``make sanitize`` (or ``python tools/sanitize.py``) compiles ``src/cudnn_rnn/_native/engine.c``
+with ``-fsanitize=address,undefined -fno-sanitize-recover=all`` into ``build/sanitize/``, then
+runs pytest on the native engine's tests in a child process that preloads the ASan runtime
+(Python itself is not instrumented) and loads that build instead of the package's
+(``CUDNN_RNN_NATIVE_LIBRARY``). Any report (an out-of-bounds access, a use after free, undefined
+behaviour such as a signed overflow or a misaligned load) aborts the run with the sanitizer's
+message: the exit status is pytest's, or the sanitizer's abort.
+
+``--quick`` runs the subset that CI runs on every ``make test`` (tests/test_sanitize.py): the
+oracle grid at the best instruction set, strided tensors, lengths at their limits, threads, NaN.
+Leak checking is off: CPython and torch keep memory until exit by design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src" / "cudnn_rnn" / "_native" / "engine.c"
+OUT = ROOT / "build" / "sanitize"
+FLAGS = [
+    "-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+]  # fmt: skip
+
+#: Every test of the native engine (``make sanitize``).
+FULL = [
+    "tests/test_native.py",
+    "tests/test_native_boundary.py",
+    "tests/test_layouts.py",
+    "tests/test_ops_oracle.py",
+]
+#: What CI runs (about a minute on two cores).
+QUICK = [
+    "tests/test_native_boundary.py",
+    "tests/test_native.py::test_every_isa_matches_oracle",
+    "tests/test_native.py::test_same_bits_every_call_every_thread_count_avx2_and_avx512",
+    "tests/test_layouts.py::test_op_level",
+    "-k",
+    "not base",
+]
+
+
+def compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+
+
+def runtime(cc: str, name: str) -> str:
+    """The path of the compiler's sanitizer runtime ``name`` (``libasan.so``)."""
+    found = subprocess.run(
+        [cc, f"-print-file-name={name}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(found) or not os.path.exists(found):
+        raise FileNotFoundError(f"{cc} has no {name} (install the compiler's sanitizer runtime)")
+    return found
+
+
+def build(cc: str, out: Path = OUT) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "_engine_sanitized.so"
+    subprocess.run([cc, *FLAGS, "-o", str(target), str(SOURCE), "-ldl"], check=True)
+    return target
+
+
+def environment(cc: str, library: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = runtime(cc, "libasan.so")
+    # Python and torch keep memory to the end; torch mixes allocators: neither is our bug.
+    env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=1:alloc_dealloc_mismatch=0"
+    env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    env["CUDNN_RNN_NATIVE_LIBRARY"] = str(library)
+    env.pop("CUDNN_RNN_NATIVE", None)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the CI subset")
+    parser.add_argument("pytest_args", nargs="*", help="more arguments for pytest")
+    args = parser.parse_args(argv)
+    cc = compiler()
+    if cc is None:
+        print("sanitize: no C compiler (gcc or cc): nothing to build", file=sys.stderr)
+        return 2
+    library = build(cc)
+    tests = QUICK if args.quick else FULL
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+    cmd += ["-p", "tests.sanitized", *args.pytest_args]
+    print(f"sanitize: {library.relative_to(ROOT)} under ASan + UBSan: {' '.join(cmd[3:])}")
+    return subprocess.run(cmd, cwd=ROOT, env=environment(cc, library), check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
