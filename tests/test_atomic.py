@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -189,6 +190,91 @@ def test_a_directory_in_the_way_leaves_no_temp(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["m.ckpt.index", "m.safetensors"]
 
 
+# -- a failed write names the file it was writing, never its temporary file (issue 20, item 8) --
+
+
+def _unwritable(case: str, d: Path) -> tuple[Path, type[OSError], str]:
+    """A target that cannot be written, the error it gives and the words that say why."""
+    if case == "missing directory":
+        return d / "nowhere" / "f.bin", FileNotFoundError, f"the directory {d / 'nowhere'} does not"
+    if case == "through a file":
+        (d / "plain").write_bytes(b"")
+        return d / "plain" / "f.bin", NotADirectoryError, f"{d / 'plain'} is not a directory"
+    if case == "a directory":
+        (d / "f.bin").mkdir()
+        return d / "f.bin", IsADirectoryError, f"{d / 'f.bin'} is a directory; remove it"
+    if case == "name too long":
+        clipped = "n" * 37 + "..."
+        return d / ("n" * 300), OSError, f"the name {clipped!r} is 300 bytes, more than the 255"
+    (d / "loop").symlink_to(d / "loop")
+    return d / "loop" / "f.bin", OSError, f"{d / 'loop'} is a symbolic link loop"
+
+
+@POSIX
+@pytest.mark.parametrize(
+    "case", ["missing directory", "through a file", "a directory", "name too long", "loop"]
+)
+def test_a_failed_write_names_the_target_and_says_why(case: str, tmp_path: Path) -> None:
+    target, kind, why = _unwritable(case, tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(kind) as info:
+        atomic.write_file(target, b"data")
+    assert info.value.filename == str(target)
+    assert f"cannot write: {why}" in str(info.value) and ".tmp" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_full_disk_names_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as info:
+        atomic.write_file(tmp_path / "f.bin", b"data")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(tmp_path / "f.bin")
+    assert str(info.value) == (
+        f"[Errno {errno.ENOSPC}] cannot write: {os.strerror(errno.ENOSPC)}; free some space or "
+        f"write elsewhere: {str(tmp_path / 'f.bin')!r}"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_error_about_another_file_is_not_renamed(tmp_path: Path) -> None:
+    def read_missing(f: object) -> None:
+        (tmp_path / "missing.txt").read_bytes()
+
+    with pytest.raises(FileNotFoundError) as info:
+        atomic.write_file(tmp_path / "f.bin", read_missing)
+    assert info.value.filename == str(tmp_path / "missing.txt")
+    assert os.listdir(tmp_path) == []
+
+
+def test_replace_names_the_destination(tmp_path: Path) -> None:
+    (tmp_path / ".staged").write_bytes(b"new")
+    (tmp_path / "live").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        atomic.replace(tmp_path / ".staged", tmp_path / "live")
+    assert info.value.filename == str(tmp_path / "live")
+    assert f"cannot write: {tmp_path / 'live'} is a directory" in str(info.value)
+
+
+@POSIX
+def test_a_long_legal_name_is_written_and_its_leftovers_removed(tmp_path: Path) -> None:
+    """A name of 250 bytes is legal, though its temporary file's name, 40 bytes longer, is not:
+    the temporary name is shortened, and the next write still finds a dead writer's leftovers."""
+    name = "\u00e9" * 125  # 250 bytes in UTF-8: shortening must not split a character
+    atomic.write_file(tmp_path / name, b"old")
+    assert os.listdir(tmp_path) == [name]
+    temp = atomic._temp_name(name)
+    assert len(os.fsencode(temp)) <= 255 and temp.startswith(".") and temp.endswith(".tmp")
+    dead = temp.replace(f"-{os.getpid()}-", f"-{dead_pid()}-")
+    (tmp_path / dead).write_bytes(b"partial")
+    atomic.write_file(tmp_path / name, b"new")
+    assert os.listdir(tmp_path) == [name] and (tmp_path / name).read_bytes() == b"new"
+    stem = temp.split(f".cudnn-rnn-{os.getpid()}-")[0]
+    assert atomic._temp_name(name + "x").split(f".cudnn-rnn-{os.getpid()}-")[0] != stem
+
+
 def restored(path: Path) -> dict[str, torch.Tensor]:
     probe = tiny(99)
     checkpoint.restore(path, probe)
@@ -363,17 +449,32 @@ def _kill_harness(kind: str, directory: str) -> list[dict[str, object]]:
     whether a save afterwards works and what files remain; stop when the writer finishes."""
     torch.set_num_threads(1)  # no thread pool to inherit across fork
     d = Path(directory)
-    path = {"safetensors": d / "m.safetensors", "tf": d / "m.ckpt", "onnx": d / "m.onnx"}[kind]
+    path = d / ("m.ckpt" if kind.endswith("tf") else FINAL[kind][0])  # a TF1 prefix
     old, new, newer = tiny(1), tiny(2), tiny(3)
     want = {"old": entries(old), "new": entries(new)}
+    sources = d.parent / f"{kind}-sources"  # what `cudnn-rnn convert` reads, kept out of d
+    if kind.startswith("cli-"):
+        sources.mkdir()
+        for layer in (old, new, newer):
+            checkpoint.save(sources / f"{layer.seed}.safetensors", layer)
 
     def save(layer: CudnnLSTM) -> None:
-        if kind == "onnx":
+        if kind.startswith("cli-"):
+            argv = ["convert", str(sources / f"{layer.seed}.safetensors"), str(path)]
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                code = cli.main(argv)
+            if code != 0:
+                raise RuntimeError(f"cudnn-rnn {' '.join(argv)}: exit {code}: {err.getvalue()}")
+        elif kind == "onnx":
             convert.to_onnx(layer, path)
         else:
             checkpoint.save(path, layer, format="tf" if kind == "tf" else "safetensors")
 
     def read() -> dict[str, torch.Tensor]:
+        if kind.startswith("cli-"):
+            with contextlib.redirect_stdout(io.StringIO()):
+                return entries(cli.load_layer(str(path)))
         return entries(convert.from_onnx(path)) if kind == "onnx" else restored(path)
 
     results = []
@@ -420,14 +521,25 @@ def _kill_harness(kind: str, directory: str) -> list[dict[str, object]]:
     return results
 
 
-KINDS = ("safetensors", "tf", "onnx")
+#: Each writer's files once it is done: the library's savers, and `cudnn-rnn convert` to each
+#: format it writes (the kinds named cli-FORMAT).
+FINAL = {
+    "safetensors": ["m.safetensors"],
+    "tf": tf_files(Path("m.ckpt")),
+    "onnx": ["m.onnx"],
+    "cli-safetensors": ["m.safetensors"],
+    "cli-tf": tf_files(Path("m.ckpt")),
+    "cli-pt": ["m.pt"],
+    "cli-onnx": ["m.onnx"],
+}
+KINDS = tuple(FINAL)
 
 
 def _kill_harnesses(root: str) -> None:
     """All kinds in one child process, so that torch is imported once."""
     results = {}
     for kind in KINDS:
-        if kind == "onnx" and importlib.util.find_spec("onnx") is None:
+        if kind.endswith("onnx") and importlib.util.find_spec("onnx") is None:
             continue
         directory = os.path.join(root, kind)
         os.mkdir(directory)
@@ -458,17 +570,13 @@ def kill_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dic
 def test_a_writer_killed_at_any_step_leaves_old_or_new(
     kind: str, kill_results: dict[str, list[dict[str, object]]]
 ) -> None:
-    if kind == "onnx":
+    if kind.endswith("onnx"):
         pytest.importorskip("onnx")
     results = kill_results[kind]
-    final = {
-        "safetensors": ["m.safetensors"],
-        "tf": tf_files(Path("m.ckpt")),
-        "onnx": ["m.onnx"],
-    }[kind]
+    final = FINAL[kind]
     *crashes, done = results
     assert done["exit"] == 0 and done["seen"] == "new"
-    assert len(crashes) >= {"safetensors": 3, "tf": 12, "onnx": 3}[kind]
+    assert len(crashes) >= (12 if kind.endswith("tf") else 3)
     for r in crashes:
         assert r["killed"], r
         assert r["seen"] in ("old", "new"), r  # never an error, never a mix

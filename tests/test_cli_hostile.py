@@ -5,6 +5,7 @@ they were checked against its tensors."""
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import subprocess
@@ -304,3 +305,261 @@ def test_fifo_exits_2_without_blocking(tmp_path: Path, name: str) -> None:
     err = _cli(["inspect", str(fifo)], timeout=60)  # a blocked open fails by the timeout
     _assert_one_line(err, fifo)
     assert "not a regular file" in err
+
+
+# -- issue 20, item 8: every path error is exit 2 and one line naming the path -------------------
+
+_LONG = "n" * 300  # one name over the 255 bytes a name may have on Linux and macOS file systems
+
+
+def _long_name(d: Path, name: str) -> tuple[Path, str]:
+    return d / (_LONG + name), f"is {300 + len(name)} bytes, more than the 255 a name may have"
+
+
+def _long_directory(d: Path, name: str) -> tuple[Path, str]:
+    return d / _LONG / name, "is 300 bytes, more than the 255 a name may have"
+
+
+def _loop(d: Path, name: str) -> tuple[Path, str]:
+    loop = d / "loop"
+    loop.symlink_to(loop)
+    return loop, f"{loop} is a symbolic link loop"
+
+
+def _loop_directory(d: Path, name: str) -> tuple[Path, str]:
+    loop = d / "loop"
+    loop.symlink_to(loop)
+    return loop / name, f"{loop} is a symbolic link loop"
+
+
+def _through_a_file(d: Path, name: str) -> tuple[Path, str]:
+    plain = d / "plain.txt"
+    plain.write_text("")
+    return plain / name, f"{plain} is not a directory"
+
+
+def _missing_directory(d: Path, name: str) -> tuple[Path, str]:
+    return d / "nowhere" / name, f"the directory {d / 'nowhere'} does not exist"
+
+
+#: (directory, file name) -> (a path that cannot be reached, the words that say why)
+_SOURCE_PATHS: dict[str, Callable[[Path, str], tuple[Path, str]]] = {
+    "long name": _long_name,
+    "long directory": _long_directory,
+    "loop": _loop,
+    "loop directory": _loop_directory,
+    "through a file": _through_a_file,
+    "missing directory": _missing_directory,
+}
+#: A link loop as the output's own name is no error: the writer replaces the link, as mv does.
+#: A missing directory is created for .safetensors and TF1 outputs (checkpoint.save does).
+_OUTPUT_PATHS = {k: v for k, v in _SOURCE_PATHS.items() if k not in ("loop", "missing directory")}
+#: The output's format follows its name; anything without a known extension is a TF1 prefix.
+_OUTPUTS = {"safetensors": "m.safetensors", "tf": "m.ckpt", "pt": "m.pt", "onnx": "m.onnx"}
+
+
+def _source(d: Path) -> Path:
+    src = d / "source.safetensors"
+    checkpoint.save(src, CudnnLSTM(1, 2, input_size=2))
+    return src
+
+
+def _assert_names_the_output(err: str, dst: Path, src: Path) -> None:
+    _assert_one_line(err, dst)
+    assert err.startswith(f"cudnn-rnn: error: {dst}: cannot write it: "), err
+    assert str(src) not in err, err  # not the source file
+    assert ".tmp" not in err and "cudnn-rnn-" not in err, err  # nor the writer's temporary file
+
+
+@pytest.mark.parametrize("command", ["inspect", "convert"])
+@pytest.mark.parametrize("case", sorted(_SOURCE_PATHS))
+def test_a_source_path_error_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, case: str
+) -> None:
+    src, why = _SOURCE_PATHS[case](tmp_path, "m.safetensors")
+    dst = tmp_path / "out.pt"
+    assert main([command, str(src)] if command == "inspect" else [command, str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    _assert_one_line(err, src)
+    assert err.startswith(f"cudnn-rnn: error: {src}: cannot read it: "), err
+    assert why in err, err
+    assert not dst.exists()
+
+
+@pytest.mark.parametrize("output", sorted(_OUTPUTS))
+@pytest.mark.parametrize("case", sorted(_OUTPUT_PATHS))
+def test_an_output_path_error_names_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, output: str
+) -> None:
+    if output == "onnx":
+        pytest.importorskip("onnx")
+    src = _source(tmp_path)
+    dst, why = _OUTPUT_PATHS[case](tmp_path, _OUTPUTS[output])
+    assert main(["convert", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    _assert_names_the_output(err, dst, src)
+    assert why in err, err
+
+
+@pytest.mark.parametrize("output", ["pt", "onnx"])
+def test_an_output_in_a_missing_directory_names_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    if output == "onnx":
+        pytest.importorskip("onnx")
+    src = _source(tmp_path)
+    dst, why = _missing_directory(tmp_path, _OUTPUTS[output])
+    assert main(["convert", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    _assert_names_the_output(err, dst, src)
+    assert why in err and "create it" in err, err
+    assert sorted(os.listdir(tmp_path)) == [src.name]
+
+
+@pytest.mark.parametrize("output", sorted(_OUTPUTS))
+def test_an_output_that_is_a_directory_names_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    if output == "onnx":
+        pytest.importorskip("onnx")
+    src = _source(tmp_path)
+    dst = tmp_path / _OUTPUTS[output]
+    # A TF1 prefix may share its name with a directory; its index file may not.
+    (tmp_path / (dst.name + ".index" if output == "tf" else dst.name)).mkdir()
+    before = sorted(os.listdir(tmp_path))
+    assert main(["convert", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    _assert_names_the_output(err, dst, src)
+    assert "is a directory; remove it" in err, err
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_an_output_ending_in_a_separator_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = _source(tmp_path)
+    dst = f"{tmp_path / 'out'}{os.sep}"
+    assert main(["convert", str(src), dst]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"cudnn-rnn: error: {dst}: names a directory, not a file; give the output's file name "
+        f"(for example {dst}model.safetensors).\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == [src.name]
+
+
+@pytest.mark.parametrize("output", sorted(_OUTPUTS))
+def test_a_full_disk_names_the_output(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    output: str,
+) -> None:
+    if output == "onnx":
+        pytest.importorskip("onnx")
+    src = _source(tmp_path)
+    dst = tmp_path / _OUTPUTS[output]
+
+    def full(fd: int) -> None:  # what a full disk does to the writer's fsync
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["convert", str(src), str(dst)]) == 2
+    err = capsys.readouterr().err
+    _assert_names_the_output(err, dst, src)
+    assert f"{os.strerror(errno.ENOSPC)}; free some space or write elsewhere" in err, err
+    assert sorted(os.listdir(tmp_path)) == [src.name]
+
+
+def test_a_legal_long_name_is_read_and_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """250 bytes is a legal name: the TF1 probe (NAME.index) and the writer's temporary file
+    (.NAME.cudnn-rnn-PID-TOKEN.tmp) are longer, and neither may make it fail."""
+    src = _source(tmp_path)
+    long_src = tmp_path / ("s" * (250 - len(".safetensors")) + ".safetensors")
+    src.rename(long_src)
+    dst = tmp_path / ("d" * (250 - len(".pt")) + ".pt")
+    assert main(["inspect", str(long_src)]) == 0
+    assert main(["convert", str(long_src), str(dst)]) == 0
+    assert main(["inspect", str(dst)]) == 0
+    assert "rnn_mode=lstm" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == sorted([long_src.name, dst.name])
+
+
+# Root passes every permission check (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): as root, the
+# command runs in a child that drops those two capabilities, so 0o000 and 0o555 bite as they do
+# for everyone else.
+_WITHOUT_DAC = """
+import contextlib, ctypes, io, json, os, sys
+if os.geteuid() == 0:
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(header), data) != 0:
+        sys.exit(f"capget: {os.strerror(ctypes.get_errno())}")
+    data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(header), data) != 0:
+        sys.exit(f"capset: {os.strerror(ctypes.get_errno())}")
+from cudnn_rnn.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        results.append((main(argv), err.getvalue()))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="drops Linux capabilities when run as root")
+def test_permission_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    locked, read_only = tmp_path / "locked", tmp_path / "read-only"
+    locked.mkdir()
+    read_only.mkdir()
+    hidden = locked / "m.safetensors"
+    checkpoint.save(hidden, CudnnLSTM(1, 2, input_size=2))
+    unreadable = tmp_path / "unreadable.safetensors"
+    checkpoint.save(unreadable, CudnnLSTM(1, 2, input_size=2))
+    outputs = {k: v for k, v in _OUTPUTS.items() if k != "onnx" or _has_onnx()}
+    cases: list[tuple[list[str], Path, str]] = [
+        (["inspect", str(hidden)], hidden, f"the directory {locked} cannot be searched"),
+        (["convert", str(hidden), str(tmp_path / "o.pt")], hidden, "cannot be searched"),
+        (["inspect", str(unreadable)], unreadable, f"{unreadable} is not readable"),
+    ]
+    for name in outputs.values():
+        cases.append((["convert", str(src), str(locked / name)], locked / name, "searched"))
+        cases.append((["convert", str(src), str(read_only / name)], read_only / name, "writable"))
+    os.chmod(locked, 0)
+    os.chmod(read_only, 0o555)
+    os.chmod(unreadable, 0)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_DAC, json.dumps([argv for argv, _, _ in cases])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.chmod(locked, 0o755)
+        os.chmod(read_only, 0o755)
+        os.chmod(unreadable, 0o644)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    for (argv, path, why), (code, err) in zip(cases, results, strict=True):
+        assert code == 2, (argv, err)
+        _assert_one_line(err, path)
+        assert "permission denied" in err and why in err, (argv, err)
+        if argv[0] == "convert" and path != hidden:
+            _assert_names_the_output(err, path, src)
+    assert os.listdir(read_only) == [] and os.listdir(locked) == [hidden.name]
+
+
+def _has_onnx() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnx") is not None

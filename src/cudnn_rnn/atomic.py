@@ -12,23 +12,32 @@ the writing process ends (an exception, ``SIGKILL``, a full disk):
 4. the directory is ``fsync``'ed, where the OS allows it, so the rename itself is durable.
 
 On any failure (``BaseException`` included) the temporary file is removed and the target is left as
-it was. Ownership, ACLs and extended attributes of an overwritten file are not carried over, and a
+it was. An ``OSError`` of the write is raised again as the same class, with ``filename`` the target
+(never the temporary file) and a ``strerror`` that says what stands in the way and how to fix it
+(:func:`write_problem`); an error about another file (one a content callable reads) is left as it
+is. Ownership, ACLs and extended attributes of an overwritten file are not carried over, and a
 symbolic link at ``path`` is replaced by the new file (as ``os.replace`` does).
 
 **Temporary names and their cleanup.** The temporary file of ``DIR/NAME`` is
 ``DIR/.NAME.cudnn-rnn-PID-TOKEN.tmp``: hidden, derived from the target's name, carrying the writer's
-process id ``PID`` and a random hex ``TOKEN``. Only a process killed between steps 1 and 3 leaves
-one behind. So that they do not pile up, every write of ``DIR/NAME`` first removes the leftover
-temporary files of that same target, except those that may be in use: a temporary file is left
-alone when its ``PID`` is a live process other than this one (``os.kill(PID, 0)`` succeeds or is
-refused for permission), or is this process and the file is in this process's registry of writes
-in flight (a lock-protected set). A process that died, or a temporary file of this process that no
-write owns, is garbage. A reused PID only delays the cleanup; on Windows, where signal 0 cannot be
-sent safely, temporary files of other processes are always kept. Processes in other PID namespaces
-(containers) sharing the directory look dead: do not let them write the same path at once.
+process id ``PID`` and a random hex ``TOKEN``. A name too long to leave room for that (over 200
+bytes, where file systems allow 255) is cut to its first 190 bytes plus ``~`` and 8 hex digits of
+its SHA-256, so that a legal name never gives an illegal temporary one. Only a process killed
+between steps 1 and 3 leaves one behind. So that they do not pile up, every write of ``DIR/NAME``
+first removes the leftover temporary files of that same target, except those that may be in use: a
+temporary file is left alone when its ``PID`` is a live process other than this one
+(``os.kill(PID, 0)`` succeeds or is refused for permission), or is this process and the file is in
+this process's registry of writes in flight (a lock-protected set). A process that died, or a
+temporary file of this process that no write owns, is garbage; one that cannot be removed (a
+read-only directory) stays for a later write. A reused PID only delays the cleanup; on Windows,
+where signal 0 cannot be sent safely, temporary files of other processes are always kept. Processes
+in other PID namespaces (containers) sharing the directory look dead: do not let them write the
+same path at once.
 
 :func:`link_or_copy`, :func:`replace` and :func:`remove` are the steps that multi-file protocols
 (the TF1 bundle's crash-safe overwrite) build on; :func:`directory_lock` serialises such protocols.
+:func:`path_problem` and :func:`write_problem` put a failed path into words (which part of it is at
+fault, and how to fix it), for this module's errors and for the command line's.
 
 This module is pure standard library and imports nothing from the package, so every module can use
 it.
@@ -44,6 +53,8 @@ it.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
 import re
 import secrets
@@ -63,10 +74,12 @@ __all__ = [
     "directory_lock",
     "fsync_directory",
     "link_or_copy",
+    "path_problem",
     "remove",
     "remove_leftovers",
     "replace",
     "write_file",
+    "write_problem",
 ]
 
 Content = bytes | bytearray | memoryview | Callable[[BinaryIO], object]
@@ -96,8 +109,24 @@ def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
     return directory, name
 
 
+#: Names longer than this (in bytes) are shortened in temporary names: the tag, a 7-digit PID, the
+#: token and the dots add 40 bytes, and 255 is the most a name may have on common file systems.
+_STEM_BYTES = 200
+
+
+def _stem(name: str) -> str:
+    """The part of ``name`` its temporary files carry: ``name`` itself, or a shortened form that
+    is just as unique."""
+    raw = os.fsencode(name)
+    if len(raw) <= _STEM_BYTES:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    # Cut on a character boundary: an incomplete UTF-8 sequence at the end is dropped.
+    return raw[:190].decode(sys.getfilesystemencoding(), "ignore") + "~" + digest
+
+
 def _temp_name(name: str) -> str:
-    return f".{name}.{_TAG}-{os.getpid()}-{secrets.token_hex(8)}.tmp"
+    return f".{_stem(name)}.{_TAG}-{os.getpid()}-{secrets.token_hex(8)}.tmp"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -124,7 +153,7 @@ def _in_use(pid: int, name: str) -> bool:
 def remove_leftovers(path: str | os.PathLike[str]) -> None:
     """Remove the temporary files of ``path`` that crashed writers left (see the module doc)."""
     directory, name = _split(path)
-    pattern = re.compile(re.escape(f".{name}.{_TAG}-") + r"(\d+)-[0-9a-f]+\.tmp\Z")
+    pattern = re.compile(re.escape(f".{_stem(name)}.{_TAG}-") + r"(\d+)-[0-9a-f]+\.tmp\Z")
     try:
         entries = [e.name for e in os.scandir(directory)]
     except OSError:
@@ -133,7 +162,8 @@ def remove_leftovers(path: str | os.PathLike[str]) -> None:
         match = pattern.match(entry)
         if match and not _in_use(int(match[1]), entry):
             _boundary("unlink")
-            with contextlib.suppress(FileNotFoundError):
+            # Best effort: one that cannot be removed (a read-only directory) stays for later.
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, entry))
 
 
@@ -181,10 +211,12 @@ def write_file(
     directory, name = _split(path)
     target = os.path.join(directory, name)
     mode = _existing_mode(target if mode_of is None else os.fspath(mode_of))
-    with _temporary(directory, name) as temp:
-        _fill(temp, content, mode)
-        _boundary("replace")
-        os.replace(temp, target)
+    with _naming(target) as about:
+        with _temporary(directory, name) as temp:
+            about.add(temp)
+            _fill(temp, content, mode)
+            _boundary("replace")
+            os.replace(temp, target)
     fsync_directory(directory)
 
 
@@ -225,7 +257,8 @@ def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> No
     with contextlib.suppress(OSError):
         if os.path.samefile(source, target):
             return
-    with _temporary(directory, name) as temp:
+    with _naming(target) as about, _temporary(directory, name) as temp:
+        about.add(temp)
         _boundary("link")
         try:
             os.link(source, temp)
@@ -240,9 +273,11 @@ def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> No
 
 
 def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """``os.replace(src, dst)``, then make the rename durable."""
+    """``os.replace(src, dst)``, then make the rename durable; an error names ``dst``."""
     _boundary("replace")
-    os.replace(src, dst)
+    with _naming(os.fspath(dst)) as about:
+        about.add(os.fspath(src))
+        os.replace(src, dst)
     fsync_directory(_split(dst)[0])
 
 
@@ -252,6 +287,120 @@ def remove(path: str | os.PathLike[str]) -> None:
         _boundary("unlink")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+@contextlib.contextmanager
+def _naming(target: str) -> Iterator[set[str]]:
+    """Raise an ``OSError`` of the body again naming ``target`` and saying why (see
+    :func:`write_problem`), when it names no file or one of the paths the body adds to the set
+    it is given (the temporary files that stand for ``target``)."""
+    about = {target}
+    try:
+        yield about
+    except OSError as err:
+        if err.errno is None or (err.filename is not None and err.filename not in about):
+            raise  # a message of ours, or an error about another file
+        raise type(err)(err.errno, f"cannot write: {write_problem(target, err)}", target) from err
+
+
+def _name_max(directory: str) -> int:
+    """The most bytes a name may have in ``directory`` (255 where the system cannot say)."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows), or no such directory
+        return 255
+    return limit if limit > 0 else 255
+
+
+def _clip(name: str) -> str:
+    return repr(name if len(name) <= 40 else name[:37] + "...")
+
+
+def path_problem(path: str | os.PathLike[str]) -> str | None:
+    """What stops ``path`` from being looked up, naming the part of it at fault and saying how to
+    fix it; ``None`` when nothing does (``path`` exists, or only its last part is missing).
+
+    Each leading part of ``path`` is looked up in turn (links followed), so that the answer
+    names the first one at fault: a directory that cannot be searched, a file where a directory
+    should be, a symbolic link loop, a name too long for the file system, a missing directory.
+    """
+    parts: list[str] = []  # a/b/c -> a, a/b, a/b/c; /a/b -> /, /a, /a/b
+    head = os.fspath(path)
+    while head and (not parts or head != parts[-1]):
+        parts.append(head)
+        head = os.path.dirname(head)
+    parts.reverse()
+    parent = os.curdir
+    for i, part in enumerate(parts):
+        try:
+            os.stat(part)
+        except OSError as err:
+            return _part_problem(part, parent, err, last=i == len(parts) - 1)
+        except ValueError:  # an embedded NUL
+            return "the path holds a NUL character, which no file name may; correct the path"
+        parent = part
+    return None
+
+
+def _part_problem(part: str, parent: str, err: OSError, *, last: bool) -> str | None:
+    code = err.errno
+    if code == errno.ENOENT:
+        if last:
+            return None
+        if os.path.islink(part):
+            return f"{part} is a symbolic link to a missing {os.readlink(part)}; fix the link"
+        return f"the directory {part} does not exist; create it or correct the path"
+    if code in (errno.EACCES, errno.EPERM):  # looking up a name needs search (x) on its parent
+        return (
+            f"the directory {parent} cannot be searched (permission denied); ask for search (x) "
+            "permission on it, or use another path"
+        )
+    if code == errno.ENOTDIR:
+        return f"{parent} is not a directory; correct the path"
+    if code == errno.ELOOP:
+        return f"{part} is a symbolic link loop (too many levels of links); fix or remove the link"
+    if code == errno.ENAMETOOLONG:
+        name, limit = os.path.basename(part), _name_max(parent)
+        size = len(os.fsencode(name))
+        if size > limit:
+            return (
+                f"the name {_clip(name)} is {size} bytes, more than the {limit} a name may have "
+                "here; choose a shorter one"
+            )
+        return f"the path is longer than the system allows ({os.strerror(code)}); shorten it"
+    return f"{part}: {os.strerror(code) if code else err}"
+
+
+def write_problem(path: str | os.PathLike[str], err: OSError) -> str:
+    """Why writing the file ``path`` failed with ``err``, naming the part of the path at fault and
+    saying how to fix it (one line)."""
+    text = os.fspath(path)
+    if err.errno is None:  # already one of our messages
+        return str(err)
+    problem = path_problem(text)
+    if problem is not None:
+        return problem
+    directory = os.path.dirname(text) or os.curdir
+    code = err.errno
+    if code == errno.EISDIR and os.path.isdir(text):
+        return f"{text} is a directory; remove it or choose another name"
+    if code in (errno.EACCES, errno.EPERM):
+        return (
+            f"the directory {directory} is not writable (permission denied); choose one you can "
+            "write to"
+        )
+    if code == errno.EROFS:
+        return f"{directory} is on a read-only file system; write elsewhere"
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"{os.strerror(code)}; free some space or write elsewhere"
+    if code == errno.ENAMETOOLONG:  # not its own name: one of a file written beside it
+        return (
+            f"a file written beside it gets a name over the {_name_max(directory)} bytes a name "
+            "may have here; choose a shorter name"
+        )
+    # The error's own words may already be ours (one this module raised for a file written
+    # for ``path``): the system's words for its code are said once.
+    return os.strerror(code)
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:

@@ -162,7 +162,8 @@ def _save_tf(prefix: str | os.PathLike[str], tensors: dict[str, Tensor]) -> None
 def is_tf_checkpoint(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` names a TF1 bundle (its prefix, or its ``.index`` file)."""
     text = str(path)
-    return text.endswith(".index") or Path(text + ".index").is_file()
+    # os.path.isfile: False, not an OSError, when PATH.index is longer than a name may be.
+    return text.endswith(".index") or os.path.isfile(text + ".index")
 
 
 # -- reading ------------------------------------------------------------------------------------

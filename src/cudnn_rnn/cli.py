@@ -11,13 +11,19 @@ in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-r
 the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes
 ``benchmarks.md``, ``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
 
-Bad arguments and unreadable files end with exit code 2 and one line that says what to do.
+Bad arguments and unreadable files end with exit code 2 and one line that says what to do; so does
+every path that cannot be read or written (a name too long, a directory that cannot be searched or
+written, a symbolic link loop, a file where a directory should be, a full disk): the line names
+the path at fault, the output's when the output cannot be written.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
+import stat
 import sys
 import warnings
 from collections.abc import Sequence
@@ -50,6 +56,10 @@ _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
 
 class UsageError(Exception):
     """A problem the user can fix; printed as one line, exit code 2."""
+
+
+class _OutputError(UsageError):
+    """The output cannot be written: its line names the output, not the source."""
 
 
 def detect_models(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, Any]]:
@@ -505,8 +515,17 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
+    dst: str = args.dst
+    if dst.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise _OutputError(
+            f"{dst}: names a directory, not a file; give the output's file name (for example "
+            f"{dst}model.safetensors)."
+        )
     layer = load_layer(args.src, args.activation, args.layer)
-    written = save_layer(layer, args.dst)
+    try:
+        written = save_layer(layer, dst)
+    except OSError as err:  # anything the writers meet on the way to dst
+        raise _OutputError(f"{dst}: cannot write it: {atomic.write_problem(dst, err)}.") from err
     print(
         f"{args.src} -> {args.dst} ({written}): {type(layer).__name__} "
         f"{layer.num_layers} layer(s), {layer.num_units} units, {layer.direction}"
@@ -601,18 +620,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         return _bench(args)
     path = getattr(args, "path", None) or args.src
-    if not (Path(path).exists() or Path(path + ".index").exists()):
-        return _fail(
-            f"{path}: no such file (a TF1 checkpoint is named by its prefix, without .index)."
-        )
-    if Path(path).exists() and not Path(path).is_file() and not Path(path + ".index").is_file():
-        # A FIFO would block the reader and a device never end: refused before any open.
-        return _fail(
-            f"{path}: not a regular file; give a checkpoint or model file, or a TF1 prefix."
-        )
+    problem = _source_problem(path)
+    if problem is not None:
+        return _fail(problem)
     try:
         {"inspect": _inspect, "convert": _convert}[args.command](args)
-    except (UsageError, ValueError, TypeError, ImportError, OSError) as err:
+    except _OutputError as err:  # one line of ours, not clipped: it ends with what to do
+        return _fail(str(err))
+    except OSError as err:
+        return _fail(_read_problem(err), path)
+    except (UsageError, ValueError, TypeError, ImportError) as err:
         return _fail(_one_line(err), path)
     except Exception as err:  # MemoryError, RecursionError, a bug: still one line and exit 2
         return _fail(
@@ -621,6 +638,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             path,
         )
     return 0
+
+
+def _source_problem(path: str) -> str | None:
+    """Why ``path`` cannot be read as a file or a TF1 prefix (one line naming it), or ``None``.
+
+    A FIFO would block the reader and a device never end: they are refused before any open.
+    """
+    for candidate in (path, path + ".index"):
+        try:
+            if stat.S_ISREG(os.stat(candidate).st_mode):
+                return None
+        except (OSError, ValueError):  # missing, or the .index name is one byte too long
+            continue
+    problem = atomic.path_problem(path)
+    if problem is not None:
+        return f"{path}: cannot read it: {problem}."
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"{path}: a symbolic link to a missing {os.readlink(path)}; fix the link."
+    if not os.path.exists(path):
+        return f"{path}: no such file (a TF1 checkpoint is named by its prefix, without .index)."
+    return f"{path}: not a regular file; give a checkpoint or model file, or a TF1 prefix."
+
+
+def _read_problem(err: OSError) -> str:
+    """One line for an ``OSError`` met reading the source: it names the file the error names (the
+    source, or a file of it: a TF1 checkpoint's data file)."""
+    name = os.fsdecode(err.filename) if isinstance(err.filename, (str, bytes)) else None
+    if err.errno is None or name is None:
+        return _one_line(err)  # a message of ours
+    problem = atomic.path_problem(name)
+    if problem is None and err.errno in (errno.EACCES, errno.EPERM):
+        problem = f"{name} is not readable (permission denied); ask for read permission on it"
+    return f"{name}: cannot read it: {problem or err.strerror or err}."
 
 
 def _one_line(err: BaseException) -> str:
