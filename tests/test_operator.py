@@ -387,3 +387,34 @@ def test_training_engines_agree_with_dropout(monkeypatch: pytest.MonkeyPatch) ->
             np.testing.assert_allclose(
                 a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=other
             )
+
+
+def test_a_plain_eager_call_skips_only_the_dispatcher() -> None:
+    """Without gradient, plain eager calls run the operator's implementation directly (the
+    same engine, the same bits); every observer still sees the one cudnn_rnn::rnn node."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    layer = _layer("gru")
+    x = torch.randn(4, 2, 5)
+    seen: list[str] = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        direct = layer(x)[0]
+        with Spy():
+            spied = layer(x)[0]
+        with torch.profiler.profile() as prof:
+            profiled = layer(x)[0]
+    assert torch.equal(direct, spied) and torch.equal(direct, profiled)
+    assert any("cudnn_rnn.rnn" in name for name in seen), seen
+    assert any(e.name == "cudnn_rnn::rnn" for e in prof.events())
+    static = operator.static_of(layer._op.spec)
+    h = torch.zeros(4, 2, 4)
+    via_op = torch.ops.cudnn_rnn.rnn(
+        layer.opaque_kernel.detach(), x, h, None, None, None, *static, 0.0, 0, False, False
+    )[0]
+    assert torch.equal(direct, via_op)

@@ -35,6 +35,7 @@ from these). Reading the counter is a host read of a 0-d tensor, on the device i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -142,6 +143,8 @@ def _call(
 
 def _no_autocast(device: torch.device) -> Any:
     """The engines compute in the op's dtype: autocast must not retype the operators inside."""
+    if not torch.is_autocast_enabled(device.type):
+        return contextlib.nullcontext()  # nothing to switch off (and no context to build)
     return torch.autocast(device.type, enabled=False)
 
 
@@ -490,6 +493,26 @@ class _RNNFunction(torch.autograd.Function):
         return _vmap_loop(info, in_dims, args, _RNNFunction.apply)
 
 
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _plain_eager(*tensors: Tensor | None) -> bool:
+    """Whether nothing but plain eager execution can see a call without gradient: no compiler,
+    JIT tracer, torch function or dispatch mode (fake tensors, FlopCounterMode, ...), profiler,
+    tensor subclass or torch.func transform (vmap, grad). Then the operator's implementation
+    runs directly: the same engine by the same rule, the same bits, without the dispatcher's
+    round trip; otherwise every observer sees the one ``cudnn_rnn::rnn`` node."""
+    if (
+        torch._C._len_torch_dispatch_stack()
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._get_tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    ):
+        return False
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    return all(t is None or (type(t) in _PLAIN and not wrapped(t)) for t in tensors)
+
+
 def rnn(
     spec: RNNSpec,
     params: Tensor,
@@ -518,6 +541,12 @@ def rnn(
         out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
             params, x, h0, c0, lengths, dropout_step, static, dropout, seed, traced
         )
+    elif not traced and _plain_eager(params, x, h0, c0, lengths, dropout_step):
+        # What the operator would run, without its dispatch (half the cost of a tiny call).
+        with _no_autocast(x.device):
+            out = _forward_impl(
+                params, x, h0, c0, lengths, dropout_step, static, dropout, seed, False, False
+            )
     else:
         out = _rnn_op(
             params, x, h0, c0, lengths, dropout_step, *static, dropout, seed, False, traced

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 4
+#define CR_ABI_VERSION 5
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -47,7 +47,7 @@ typedef struct {
     int64_t mode, steps, batch, units, reverse, threads;
     const float *gi; /* [T, B, G*H] input projection, without bias */
     int64_t gi_st, gi_sb;
-    const float *bi; /* [G*H] its bias: bW + bR (the GRU: bW; its bR sits inside r * (...)) */
+    const float *bi; /* [G*H] its bias: bW (bR is added: bi2; the GRU's sits inside r * (...)) */
     const float *r;  /* [G*H, H] recurrent weights, cuDNN's gate order */
     const float *br; /* [G*H] the GRU's recurrent bias (NULL otherwise) */
     const float *h0, *c0;
@@ -60,6 +60,9 @@ typedef struct {
      * [G*H, input_size]; the library makes the projection itself. */
     const float *x, *w;
     int64_t input_size;
+    /* [G*H] added to bi once per call (LSTM and RNN: bR; NULL: none). Summed here as torch
+     * would (one float addition per element), so the bits are those of bi + bi2. */
+    const float *bi2;
 } cr_forward_args;
 
 typedef struct {

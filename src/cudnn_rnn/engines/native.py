@@ -69,7 +69,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 4
+ABI_VERSION = 5
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -93,7 +93,7 @@ class _ForwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
-        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size"
+        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2"
     )
 
 
@@ -306,12 +306,12 @@ def _ptr(t: Tensor | None, offset: int = 0) -> int | None:
     """The address of element ``offset`` of a contiguous CPU tensor (None for None)."""
     if t is None:
         return None
-    if not (t.is_contiguous() and t.device.type == "cpu" and t.dtype in _TYPES):
+    if t.dtype not in _TYPES or not t.is_cpu or not t.is_contiguous():
         raise RuntimeError(
             f"cudnn_rnn native engine: a {t.dtype} tensor on {t.device} with strides "
             f"{t.stride()} reached the C boundary unchecked (a bug: please report it)"
         )
-    if not 0 <= offset < max(t.numel(), 1):
+    if offset and not 0 <= offset < t.numel():
         raise RuntimeError(
             f"cudnn_rnn native engine: offset {offset} outside a tensor of {t.numel()} "
             "elements (a bug: please report it)"
@@ -362,12 +362,12 @@ def forward(
     saved, inputs = split_workspace(ws, spec, steps, batch) if need_grad else ([], [])
     hn = torch.empty_like(h0)
     cn = torch.empty_like(c0) if c0 is not None else None
-    weights = pseudo_layers(layout, params)
     args = _ForwardArgs(
         mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
         threads=torch.get_num_threads(), gi_st=batch * gates * units, gi_sb=gates * units,
         lengths=_ptr(lengths), y_st=batch * dirs * units, y_sb=dirs * units,
     )  # fmt: skip
+    gru = spec.mode == CUDNN_GRU
     layer_input = x
     for layer in range(spec.num_layers):
         if layer > 0 and masks is not None:
@@ -379,25 +379,27 @@ def forward(
         y = boundary(x.new_empty(steps, batch, dirs * units), "y", (steps, batch, dirs * units))
         for d in range(dirs):
             p = layer * dirs + d
-            wt = weights[p]
-            # LSTM and RNN sum the two biases; the GRU's bR_h sits inside r * (...). The loop
-            # adds the bias (torch's addmm would first copy it into every row) and makes the
-            # input projection itself, each thread for its own units (torch's matmul ran it
-            # at 95-130 GFLOP/s on our AMD machine, our micro-kernel at the loop's rate).
-            bias = wt.bw if spec.mode == CUDNN_GRU else wt.bw + wt.br
-            args.bi = _ptr(bias)
-            if wt.w is None:  # skip_input: the input itself goes into every gate
+            f = layout.fused[p]  # the blocks' offsets in params (no views are made)
+            # LSTM and RNN add both biases to the input term (C sums them once per call, as
+            # torch's add would); the GRU's bR_h sits inside r * (...), so it goes apart. The
+            # loop makes the input projection itself, each thread for its own units (torch's
+            # matmul ran it at 95-130 GFLOP/s on our AMD machine, our micro-kernel at the
+            # loop's rate).
+            args.bi = _ptr(params, f.b_ih.offset)
+            args.bi2 = None if gru else _ptr(params, f.b_hh.offset)
+            if f.w_ih is None:  # skip_input: the input itself goes into every gate
                 gi = layer_input.repeat(1, 1, gates)
                 args.gi, args.x, args.w = _ptr(gi), None, None
             else:
-                args.gi, args.x, args.w = None, _ptr(layer_input), _ptr(wt.w)
+                args.gi, args.x, args.w = None, _ptr(layer_input), _ptr(params, f.w_ih.offset)
                 args.input_size = width
             args.reverse = d
-            args.r = _ptr(wt.r)
-            args.br = _ptr(wt.br) if spec.mode == CUDNN_GRU else None
-            args.h0, args.hn = _ptr(h0[p]), _ptr(hn[p])
-            args.c0 = None if c0 is None else _ptr(c0[p])
-            args.cn = None if cn is None else _ptr(cn[p])
+            args.r = _ptr(params, f.w_hh.offset)
+            args.br = _ptr(params, f.b_hh.offset) if gru else None
+            state = p * batch * units  # where pseudo-layer p's [B, H] state starts
+            args.h0, args.hn = _ptr(h0, state), _ptr(hn, state)
+            args.c0 = None if c0 is None else _ptr(c0, state)
+            args.cn = None if cn is None else _ptr(cn, state)
             args.y = _ptr(y, d * units)
             if need_grad:
                 kept = saved[p]
