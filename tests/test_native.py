@@ -455,3 +455,46 @@ def test_library_backward_refuses_bad_strides_and_lengths() -> None:
     lengths = torch.tensor([3])
     with pytest.raises(RuntimeError, match=r"cr_backward refused sequence lengths outside"):
         native._call("cr_backward", native._BackwardArgs(**good, lengths=lengths.data_ptr()))
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_a_padded_batch_gives_each_sequence_the_bits_it_has_alone(mode: str) -> None:
+    """With lengths, the input projection and the steps skip padded rows: each sequence's
+    outputs and final state are bitwise those of the same sequence run alone, unpadded."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    torch.manual_seed(5)
+    layer = LAYER_CLASSES[mode](2, 24, direction="bidirectional", input_size=7)
+    lengths = [9, 3, 7, 1, 9]
+    x = torch.randn(9, len(lengths), 7)
+    with torch.no_grad():
+        out, states = layer(x, sequence_lengths=lengths)
+        for b, n in enumerate(lengths):
+            alone, alone_states = layer(x[:n, b : b + 1])
+            assert torch.equal(out[:n, b : b + 1], alone)
+            assert bool((out[n:, b] == 0).all())
+            for s, a in zip(states, alone_states):
+                assert torch.equal(s[:, b : b + 1], a)
+
+
+@needs_engine
+def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
+    units, steps, batch = 4, 2, 2
+    bufs = [torch.zeros(64) for _ in range(6)]
+    lengths = torch.tensor([2, 1])
+    good = dict(
+        mode=1, steps=steps, batch=batch, units=units, threads=1, bi=bufs[0].data_ptr(),
+        r=bufs[1].data_ptr(), h0=bufs[2].data_ptr(), y=bufs[3].data_ptr(), y_st=batch * units,
+        y_sb=units, hn=bufs[4].data_ptr(), x=bufs[5].data_ptr(), w=bufs[1].data_ptr(),
+        input_size=units, lengths=lengths.data_ptr(), rows=3,
+    )  # fmt: skip
+    maps = {"good": [0, 1, 2, -1], "short": [0, 1, 2, 3], "order": [1, 0, 2, -1]}
+    keep = {k: torch.tensor(v) for k, v in maps.items()}
+    native._call("cr_forward", native._ForwardArgs(**good, rowmap=keep["good"].data_ptr()))
+    for name in ("short", "order"):
+        with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
+            native._call("cr_forward", native._ForwardArgs(**good, rowmap=keep[name].data_ptr()))
+    with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
+        bad = {**good, "rows": 2}
+        native._call("cr_forward", native._ForwardArgs(**bad, rowmap=keep["good"].data_ptr()))

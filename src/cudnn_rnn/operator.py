@@ -36,7 +36,6 @@ from these). Reading the counter is a host read of a 0-d tensor, on the device i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from typing import Any
 
@@ -204,7 +203,7 @@ def _forward_impl(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[Tensor]]:
     call = _call(static, x, need_grad, lengths, traced, dropout)
     if call.dropout > 0:
-        call = dataclasses.replace(call, seed=_call_seed(seed, dropout_step))
+        call = call._replace(seed=_call_seed(seed, dropout_step))
     spec = call.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
     cpu_lengths = _check_lengths(lengths, steps)

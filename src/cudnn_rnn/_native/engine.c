@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 5
+#define CR_ABI_VERSION 6
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -63,6 +63,10 @@ typedef struct {
     /* [G*H] added to bi once per call (LSTM and RNN: bR; NULL: none). Summed here as torch
      * would (one float addition per element), so the bits are those of bi + bi2. */
     const float *bi2;
+    /* With lengths, x may hold only the rows of valid steps: `rows` of them, and rowmap [T*B]
+     * gives row t*B + b's place in x (-1: a padded step, never read). NULL: x has all T*B. */
+    int64_t rows;
+    const int64_t *rowmap;
 } cr_forward_args;
 
 typedef struct {
@@ -472,6 +476,22 @@ static int valid_lengths(const int64_t *lengths, int64_t batch, int64_t steps) {
     return 1;
 }
 
+/* A row map that sends every valid step's row to a distinct row of x below `rows` (those are
+ * the rows the loops read) and counts them exactly. */
+static int valid_rowmap(const cr_forward_args *a) {
+    int64_t n = 0, total = a->steps * a->batch;
+    for (int64_t i = 0; i < total; i++) {
+        int64_t t = i / a->batch, b = i % a->batch, m = a->rowmap[i];
+        if (t < a->lengths[b]) {
+            if (m != n) return 0; /* valid rows in order, 0..rows-1, as the caller packs them */
+            n++;
+        } else if (m != -1) {
+            return 0;
+        }
+    }
+    return n == a->rows;
+}
+
 /* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes,
  * strides or a missing pointer, 3 on lengths outside [0, steps]. The caller hands every array
  * C-contiguous with the sizes these describe (engines/native.py's one boundary). */
@@ -482,6 +502,7 @@ int cr_forward(const cr_forward_args *a) {
         return 2;
     if (!valid_strides(a->y_st, a->y_sb, a->batch, a->units)) return 2;
     if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
+    if (a->rowmap && !(a->x && a->lengths && valid_rowmap(a))) return 2;
     if (!a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;

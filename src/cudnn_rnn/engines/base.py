@@ -27,9 +27,11 @@ from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
 
 
-@dataclass(frozen=True, eq=False)
-class Call:
-    """What is fixed about one call before it runs: all the rule table may look at."""
+class Call(NamedTuple):
+    """What is fixed about one call before it runs: all the rule table may look at.
+
+    (A named tuple: it is made on every call, and costs a tenth of a frozen dataclass.)
+    """
 
     layout: Layout
     device: torch.device

@@ -69,7 +69,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 5
+ABI_VERSION = 6
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -93,7 +93,7 @@ class _ForwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
-        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2"
+        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2 rows *rowmap"
     )
 
 
@@ -368,6 +368,9 @@ def forward(
         lengths=_ptr(lengths), y_st=batch * dirs * units, y_sb=dirs * units,
     )  # fmt: skip
     gru = spec.mode == CUDNN_GRU
+    valid = _valid_rows(lengths, steps, batch)  # the projection skips padded steps' rows
+    rowmap = None if valid is None else _ptr(valid[1])
+    args.rows = 0 if valid is None else int(valid[0].numel())
     layer_input = x
     for layer in range(spec.num_layers):
         if layer > 0 and masks is not None:
@@ -389,10 +392,11 @@ def forward(
             args.bi2 = None if gru else _ptr(params, f.b_hh.offset)
             if f.w_ih is None:  # skip_input: the input itself goes into every gate
                 gi = layer_input.repeat(1, 1, gates)
-                args.gi, args.x, args.w = _ptr(gi), None, None
+                args.gi, args.x, args.w, args.rowmap = _ptr(gi), None, None, None
             else:
-                args.gi, args.x, args.w = None, _ptr(layer_input), _ptr(params, f.w_ih.offset)
-                args.input_size = width
+                rows = layer_input if valid is None else _gather_rows(layer_input, valid[0])
+                args.gi, args.x, args.w = None, _ptr(rows), _ptr(params, f.w_ih.offset)
+                args.input_size, args.rowmap = width, rowmap
             args.reverse = d
             args.r = _ptr(params, f.w_hh.offset)
             args.br = _ptr(params, f.b_hh.offset) if gru else None
@@ -408,6 +412,25 @@ def forward(
             _call("cr_forward", args)
         layer_input = y
     return layer_input, hn, cn, ws
+
+
+def _valid_rows(lengths: Tensor | None, steps: int, batch: int) -> tuple[Tensor, Tensor] | None:
+    """With lengths below ``steps``: the rows ``t * B + b`` of valid steps, in order, and the
+    row map C reads (``[T*B]`` int64, each row's place among them or -1); else None."""
+    if lengths is None or int(lengths.min()) >= steps:
+        return None
+    valid = (torch.arange(steps)[:, None] < lengths[None, :]).reshape(-1)
+    index = valid.nonzero().squeeze(1)
+    rowmap = torch.full((steps * batch,), -1, dtype=torch.int64)
+    rowmap[index] = torch.arange(index.numel())
+    return index, boundary(rowmap, "rowmap", (steps * batch,), torch.int64)
+
+
+def _gather_rows(layer_input: Tensor, index: Tensor) -> Tensor:
+    """The valid steps' rows of a layer's input ``[T, B, I]``, as ``[rows, I]``."""
+    width = int(layer_input.shape[-1])
+    rows = layer_input.reshape(-1, width).index_select(0, index)
+    return boundary(rows, "the valid rows", (int(index.numel()), width))
 
 
 def backward(
