@@ -39,6 +39,7 @@ LOWER = tuple(
         "operator",
         "engines",
         "validation",
+        "initializers",
         "ops",
         "layers",
         "cells",

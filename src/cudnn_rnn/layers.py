@@ -23,7 +23,6 @@ matrices started equal).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -44,6 +43,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
+from cudnn_rnn.initializers import glorot_uniform
 from cudnn_rnn.validation import check_dtype
 
 __all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh", "layer_of"]
@@ -140,18 +140,8 @@ class _CudnnRNN(nn.Module, SpecProperties):
             raise ValueError(
                 f"{cls}: the last dimension of the inputs should be defined. Found `None`."
             )
-        base = self._base_spec
-        spec = RNNSpec(
-            self._rnn_mode,
-            base.num_layers,
-            base.num_units,
-            check_int(cls, "input_size", shape[-1], 1),
-            self._input_mode,
-            base.direction,
-            base.num_proj,
-            base.dropout,
-            owner=cls,
-        )
+        size = check_int(cls, "input_size", shape[-1], 1)
+        spec = self._base_spec.with_input(size, self._input_mode, owner=cls)
         self._spec = spec
         self._op = self._op_cls(
             spec.num_layers,
@@ -174,9 +164,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
 
         def glorot(shape: tuple[int, ...]) -> Tensor:
-            limit = math.sqrt(6.0 / (shape[0] + shape[1]))
-            u = torch.rand(shape, generator=gen, dtype=torch.float64)
-            return ((2 * u - 1) * limit).to(self._dtype)
+            return glorot_uniform(shape, self._dtype, gen)
 
         def made(
             init: Initializer | None,
@@ -463,15 +451,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         b = self._base_spec
         for candidate in (b.num_units, *self._sizes_solving(size)):
             try:
-                spec = RNNSpec(
-                    self._rnn_mode,
-                    b.num_layers,
-                    b.num_units,
-                    candidate,
-                    self._input_mode,
-                    b.direction,
-                    b.num_proj,
-                )
+                spec = b.with_input(candidate, self._input_mode)
             except ValueError:
                 continue
             if layout_of(spec).size == size:
@@ -486,17 +466,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         # params_size is affine in input_size under linear_input: solve it from two points.
         b = self._base_spec
         at = [
-            layout_of(
-                RNNSpec(
-                    self._rnn_mode,
-                    b.num_layers,
-                    b.num_units,
-                    i,
-                    CUDNN_INPUT_LINEAR_MODE,
-                    b.direction,
-                    b.num_proj,
-                )
-            ).size
+            layout_of(b.with_input(i, CUDNN_INPUT_LINEAR_MODE)).size
             for i in (1, 2)
         ]
         slope = at[1] - at[0]

@@ -33,7 +33,6 @@ input depth known; make an optimizer after that.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeAlias
@@ -46,6 +45,7 @@ from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.spec import check_int
+from cudnn_rnn.initializers import glorot_uniform
 from cudnn_rnn.validation import check_dtype
 
 __all__ = [
@@ -268,7 +268,7 @@ class _Cell(_RNNCell):
             return torch.zeros(shape, dtype=self._dtype)
         if var.init == "ones":
             return torch.ones(shape, dtype=self._dtype)
-        return _glorot_uniform(shape, self._dtype)
+        return glorot_uniform(shape, self._dtype)
 
     def _param(self, name: str) -> Tensor:
         param = self._parameters.get(_attr(name))
@@ -399,17 +399,6 @@ class _TensorStateCell(_Cell):
         state = super().zero_state(batch_size, dtype, device=device)
         assert isinstance(state, Tensor)  # built from state_size
         return state
-
-
-def _glorot_uniform(shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    """TF's ``glorot_uniform_initializer`` for a matrix: U(±sqrt(6 / (rows + cols))).
-
-    >>> bool(_glorot_uniform((3, 5), torch.float64).abs().max() <= (6 / 8) ** 0.5)
-    True
-    """
-    fan_in, fan_out = shape  # only matrices are drawn this way
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return torch.empty(shape, dtype=dtype).uniform_(-limit, limit)
 
 
 class CudnnCompatibleLSTMCell(_Cell):

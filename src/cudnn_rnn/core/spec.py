@@ -141,6 +141,27 @@ class RNNSpec:
         for key, value in values.items():
             object.__setattr__(self, key, value)
 
+    def with_input(
+        self, input_size: int, input_mode: str | None = None, owner: str = "RNNSpec"
+    ) -> RNNSpec:
+        """The same model for inputs of ``input_size`` (and ``input_mode``), validated again:
+        the one way a layer's settings become the spec of a given input.
+
+        >>> RNNSpec("gru", 2, 8, 1).with_input(8, "skip_input").skip_input
+        True
+        """
+        return RNNSpec(
+            self.mode,
+            self.num_layers,
+            self.num_units,
+            input_size,
+            self.input_mode if input_mode is None else input_mode,
+            self.direction,
+            self.num_proj,
+            self.dropout,
+            owner=owner,
+        )
+
     @property
     def num_gates(self) -> int:
         """G: 4 for LSTM, 3 for GRU, 1 for the plain RNNs."""

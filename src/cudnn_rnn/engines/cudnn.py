@@ -122,7 +122,7 @@ class Plan:
 
 def linear_spec(spec: RNNSpec) -> RNNSpec:
     """The ``linear_input`` model whose layer-0 input matrices are identities under skip_input."""
-    return dataclasses.replace(spec, input_mode=CUDNN_INPUT_LINEAR_MODE)
+    return spec.with_input(spec.input_size, CUDNN_INPUT_LINEAR_MODE)
 
 
 _PLANS: dict[tuple[Any, ...], Plan] = {}
