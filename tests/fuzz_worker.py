@@ -7,7 +7,9 @@ places) and a fixed set of hostile hand-made files, each with the reader a user 
 - ``safetensors``: ``checkpoint.restore`` into a layer (and ``checkpoint.describe``);
 - ``tf1``: ``checkpoint.restore`` of a TF1 bundle (index and data corrupted in turn);
 - ``onnx``: ``convert.from_onnx``;
-- ``pt``: the CLI, ``cudnn-rnn inspect`` and ``cudnn-rnn convert`` of a torch state_dict.
+- ``pt``: the CLI, ``cudnn-rnn inspect`` and ``cudnn-rnn convert`` of a torch state_dict;
+- ``discovery``: no file: ``cudnn_layout.discover`` (a TF1 opaque kernel's layout) on random
+  foreign buffers, checked against a naive reference of its rules (:func:`fuzz_discovery`).
 
 Every read must either give the original values exactly (where the corruption cannot be noticed:
 flips inside tensor bytes that the format does not checksum are not made) or raise the reader's
@@ -375,6 +377,314 @@ def cli_read(run: Run, label: str, command: list[str], path: str) -> None:
 
 
 FUZZERS = {"safetensors": fuzz_safetensors, "tf1": fuzz_tf1, "onnx": fuzz_onnx, "pt": fuzz_pt}
+
+
+# -- the opaque layout discovery -------------------------------------------------------------------
+
+
+class DiscoveryCase:
+    """A cuDNN-like foreign buffer of a random model, what discovery is told, and the truth."""
+
+    def __init__(self, label: str, spec: Any, buffer: np.ndarray, slot: np.ndarray) -> None:
+        self.label, self.spec, self.buffer, self.slot = label, spec, buffer, slot
+        self.weights: list[np.ndarray] = []
+        self.known: list[np.ndarray | None] = []
+        self.sums: dict[tuple[int, int, str], np.ndarray] = {}
+        self.truth = self.slot_truth = np.zeros(0)
+        self.exact = False  # gapless and uncorrupted: only the truth (or an ambiguity) may come
+        self.reference = True  # small enough for the naive reference
+
+
+def fuzz_discovery(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    """``cudnn_layout.discover`` (what a TF1 opaque kernel's restore calls) on seeded random
+    buffers: random models and dtypes, matrices random, zero, periodic, equal or of two values,
+    regions in canonical order (classic or per pseudo-layer) at random alignments, gaps of zeros,
+    garbage or copies of a matrix, a few values corrupted. Each must place the matrices where a
+    naive reference of the rules does and read them exactly (with every bias adding up), or
+    refuse with LayoutNotFound where the reference refuses or at the bias step; within 1 s."""
+    nprng = np.random.default_rng(rng.randrange(2**32))
+    for i in range(cases):
+        case = discovery_case(rng, nprng)
+        run.check(f"discovery {i} ({case.label})", lambda c=case: discovery_read(run, c))
+    # Large degenerate buffers (the issue's kind): bounded time, and the truth.
+    for mode, layers, units, kind in [
+        ("lstm", 1, 96, "zero"),
+        ("lstm", 1, 96, "periodic"),
+        ("gru", 2, 48, "zero"),
+        ("rnn_tanh", 2, 128, "equal"),
+    ]:
+        case = discovery_case(rng, nprng, (mode, layers, units, kind))
+        run.check(f"discovery {case.label}", lambda c=case: discovery_read(run, c))
+
+
+def _matrix(kind: str, shape: tuple[int, ...], dtype: np.dtype, nprng: Any) -> np.ndarray:
+    if kind == "zero":
+        return np.zeros(shape, dtype)
+    if kind == "periodic":
+        return np.resize(np.array([0.5, -0.25, 0.125], dtype), shape)
+    if kind == "binary":
+        return nprng.integers(0, 2, shape).astype(dtype)
+    return nprng.standard_normal(shape).astype(dtype)
+
+
+def discovery_case(
+    rng: random.Random, nprng: Any, large: tuple[str, int, int, str] | None = None
+) -> DiscoveryCase:
+    from cudnn_rnn.core.layout import layout_of
+    from cudnn_rnn.core.spec import RNNSpec
+
+    if large is None:
+        mode = rng.choice(["lstm", "gru", "rnn_tanh", "rnn_relu"])
+        units, size = rng.randint(1, 5), rng.randint(1, 5)
+        skip = rng.random() < 0.15
+        proj = (
+            rng.randint(1, units - 1)
+            if mode == "lstm" and units > 1 and rng.random() < 0.2
+            else None
+        )
+        spec = RNNSpec(
+            mode,
+            rng.randint(1, 2),
+            units,
+            units if skip else size,
+            "skip_input" if skip else "linear_input",
+            rng.choice(["unidirectional", "bidirectional"]),
+            proj,
+        )
+        dtype = np.dtype(rng.choice(["float16", "float32", "float64"]))
+        kind = rng.choice(["random", "zero", "periodic", "equal", "binary"])
+    else:
+        mode, layers, units, kind = large
+        spec = RNNSpec(mode, layers, units, units, direction="bidirectional")
+        dtype = np.dtype("float32")
+    layout = layout_of(spec)
+    first = _matrix("random" if kind == "equal" else kind, layout.weights[0].shape, dtype, nprng)
+    weights = [
+        np.eye(p.shape[0], dtype=dtype)
+        if p.offset is None
+        else np.resize(first, p.shape)
+        if kind == "equal"
+        else _matrix(kind, p.shape, dtype, nprng)
+        for p in layout.weights
+    ]
+    zero_biases = large is None and rng.random() < 0.2
+    biases = [
+        np.zeros(p.shape, dtype) if zero_biases else nprng.standard_normal(p.shape).astype(dtype)
+        for p in layout.biases
+    ]
+    truth = layout.pack(weights, biases)
+    slot_truth = nprng.standard_normal(layout.size).astype(dtype)
+    if large is None:
+        buffer, slot, gaps, how = foreign_layout(layout, truth, slot_truth, first, rng, nprng)
+    else:
+        buffer, slot, gaps, how = truth.copy(), slot_truth.copy(), 0, "classic"
+    corrupted = large is None and rng.random() < 0.3
+    if corrupted:
+        for at in nprng.integers(0, buffer.size, rng.randint(1, 3)):
+            buffer[at] = rng.choice([0.0, 1.0, float(nprng.standard_normal())])
+    label = f"{spec.mode} {spec.num_layers}x{spec.num_units} in {spec.input_size} "
+    label += f"{spec.direction[:2]} {spec.input_mode[:4]} proj {spec.num_proj} {dtype} {kind} "
+    label += f"{how}{' corrupted' if corrupted else ''}"
+    case = DiscoveryCase(label, spec, buffer, slot)
+    case.weights, case.truth, case.slot_truth = weights, truth, slot_truth
+    case.exact, case.reference = gaps == 0 and not corrupted, large is None
+    if large is None and rng.random() < 0.5:  # every bias known exactly (TF 1.3's files)
+        case.known = list(biases)
+    else:  # only the sums, as TF's canonical tensors hold them
+        case.known = [None] * len(biases)
+        by = {(p.layer, p.direction, p.kind, p.gate): b for p, b in zip(layout.biases, biases)}
+        for p in layout.biases:
+            if p.kind == "input_bias":
+                r = by[p.layer, p.direction, "recurrent_bias", p.gate]
+                case.sums[p.layer, p.direction, str(p.gate)] = (
+                    by[p.layer, p.direction, p.kind, p.gate] + r
+                )
+    return case
+
+
+def foreign_layout(
+    layout: Any,
+    truth: np.ndarray,
+    slot_truth: np.ndarray,
+    first: np.ndarray,
+    rng: random.Random,
+    nprng: Any,
+) -> tuple[np.ndarray, np.ndarray, int, str]:
+    """``truth`` and ``slot_truth`` (our layout) laid out as a foreign buffer: every matrix and
+    every bias block (or vector) a region, in canonical order, all matrices first (classic) or
+    per pseudo-layer, each at the next multiple of its alignment; gaps filled with zeros,
+    garbage or copies of ``first``, and a tail of padding. Also: the elements of gaps, a label."""
+    per_layer = rng.random() < 0.5
+    unit = rng.choice(["block", "vector"])
+    align = rng.choice([1, 1, 2, 4, 8, 16])
+    matrix_align = rng.choice([1, align])
+    fill = rng.choice(["zeros", "garbage", "copies"])
+    units: dict[tuple[int, int, str], list[Any]] = {}
+    for p in layout.biases:
+        units.setdefault((p.layer, p.direction, p.kind), []).append(p)
+    bias_regions = [
+        (pl[0].layer, pl[0].direction, [pl] if unit == "block" else [[p] for p in pl])
+        for pl in units.values()
+    ]
+    regions: list[tuple[int, int, int, tuple[int, int]]] = []  # (ours, size, alignment, key)
+    for p in layout.weights:
+        if p.offset is not None:
+            regions.append((p.offset, p.size, matrix_align, (p.layer, p.direction)))
+    matrices = list(regions)
+    biases = []
+    for layer, d, groups in bias_regions:
+        for group in groups:
+            size = sum(p.size for p in group)
+            biases.append((group[0].offset, size, align, (layer, d)))
+    # Per pseudo-layer: its matrices, then its biases (sorting is stable).
+    regions = (
+        sorted(matrices + biases, key=lambda r: (r[3], r in biases))
+        if per_layer
+        else matrices + biases
+    )
+    tail = rng.choice([0, 0, rng.randint(1, 40)])
+    parts: list[tuple[int | None, int]] = []  # (ours or None for a gap, size)
+    pos = 0
+    for ours, size, a, _ in regions:
+        start = -(-pos // a) * a
+        if start > pos:
+            parts.append((None, start - pos))
+        parts.append((ours, size))
+        pos = start + size
+    if tail:
+        parts.append((None, tail))
+    gaps = sum(size for ours, size in parts if ours is None)
+
+    def gap(size: int) -> np.ndarray:
+        if fill == "zeros":
+            return np.zeros(size, truth.dtype)
+        if fill == "copies":
+            return np.resize(first.reshape(-1), size)
+        return nprng.standard_normal(size).astype(truth.dtype)
+
+    buffer = np.concatenate([gap(n) if o is None else truth[o : o + n] for o, n in parts])
+    slot = np.concatenate(
+        [
+            nprng.standard_normal(n).astype(truth.dtype) if o is None else slot_truth[o : o + n]
+            for o, n in parts
+        ]
+    )
+    how = f"{'per layer' if per_layer else 'classic'} {unit} align {matrix_align}/{align} {fill}"
+    return buffer, slot, gaps, how
+
+
+def reference_matrices(case: DiscoveryCase) -> tuple[str, list[int]]:
+    """The matrix placement by the rules of cudnn_layout's docstring, naively (every window
+    compared): ("nowhere" | "order" | "ambiguous" | "ok", offsets)."""
+    import itertools
+
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from cudnn_rnn.core.layout import layout_of
+
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[case.buffer.dtype.itemsize]
+    bits = case.buffer.view(unsigned)
+    stored = [
+        (p, w) for p, w in zip(layout_of(case.spec).weights, case.weights) if p.offset is not None
+    ]
+    occurrences = []
+    for _, w in stored:
+        needle = np.ascontiguousarray(w).reshape(-1).view(unsigned)
+        windows = sliding_window_view(bits, needle.size)
+        occurrences.append(np.flatnonzero((windows == needle).all(axis=1)))
+    if any(o.size == 0 for o in occurrences):
+        return "nowhere", []
+    sizes = [p.size for p, _ in stored]
+    if all(o.size == 1 for o in occurrences):
+        spans = sorted((int(o[0]), n) for o, n in zip(occurrences, sizes))
+        if all(a + n <= b for (a, n), (b, _) in itertools.pairwise(spans)):
+            return "ok", [int(o[0]) for o in occurrences]
+    left, pos = [], 0
+    for o, n in zip(occurrences, sizes):
+        at = o[o >= pos]
+        if at.size == 0:
+            return "order", []
+        left.append(int(at[0]))
+        pos = left[-1] + n
+    right, end = [], bits.size
+    for o, n in zip(reversed(occurrences), reversed(sizes)):
+        at = o[o + n <= end]
+        if at.size == 0:
+            return "order", []
+        right.append(int(at[-1]))
+        end = right[-1]
+    return ("ok", left) if left == right[::-1] else ("ambiguous", [])
+
+
+_REFUSALS = {  # LayoutNotFound's message -> what the reference says of the matrices
+    "nowhere in the buffer": "nowhere",
+    "not in canonical order": "order",
+    "several offsets": "ambiguous",
+    "no placement of the biases": "ok",
+    "biases fit two placements": "ok",
+}
+
+
+def discovery_read(run: Run, case: DiscoveryCase) -> str:
+    import time
+
+    from cudnn_rnn.core.layout import layout_of
+    from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
+
+    layout = layout_of(case.spec)
+    start = time.perf_counter()
+    try:
+        found = discover(
+            case.spec, case.buffer, case.weights, case.known, case.sums, companions=[case.slot]
+        )
+    except LayoutNotFound as err:
+        took = time.perf_counter() - start
+        if took > 1.0:
+            run.bad.append(f"{case.label}: refused after {took:.2f} s")
+        why = next((k for k in _REFUSALS if k in str(err)), None)
+        if why is None:
+            run.bad.append(f"{case.label}: refused for no rule's reason: {err}")
+            return "refused"
+        if case.reference and reference_matrices(case)[0] != _REFUSALS[why]:
+            run.bad.append(
+                f"{case.label}: refused ({err}), the reference says {reference_matrices(case)[0]}"
+            )
+        if case.exact and _REFUSALS[why] == "ok" and "two placements" not in why:
+            run.bad.append(f"{case.label}: a gapless, uncorrupted buffer refused: {err}")
+        return f"refused: {why}"
+    took = time.perf_counter() - start
+    if took > 1.0:
+        run.bad.append(f"{case.label}: found after {took:.2f} s")
+    stored = [i for i, p in enumerate(layout.weights) if p.offset is not None]
+    if case.reference:
+        verdict, offsets = reference_matrices(case)
+        got = [found.offsets[i] for i in stored]
+        if verdict != "ok" or offsets != got:
+            run.bad.append(f"{case.label}: matrices at {got}, the reference: {verdict} {offsets}")
+    weights, biases = layout.unpack(found.to_ours(case.buffer))
+    unsigned = {2: np.uint16, 4: np.uint32, 8: np.uint64}[case.buffer.dtype.itemsize]
+    if any(
+        not np.array_equal(weights[i].view(unsigned), case.weights[i].view(unsigned))
+        for i in stored
+    ):
+        run.bad.append(f"{case.label}: found, but a matrix reads other values")
+    by = {(p.layer, p.direction, p.kind, p.gate): b for p, b in zip(layout.biases, biases)}
+    for (layer, d, gate), want in case.sums.items():
+        got = by[layer, d, "input_bias", gate] + by[layer, d, "recurrent_bias", gate]
+        if not np.all((got == want) | (np.abs(got - want) <= np.spacing(np.abs(want)))):
+            run.bad.append(f"{case.label}: found, but the biases of gate {gate} do not add up")
+    for value, b in zip(case.known, biases):
+        if value is not None and not np.array_equal(value.view(unsigned), b.view(unsigned)):
+            run.bad.append(f"{case.label}: found, but a known bias reads another value")
+    if case.exact and not (
+        np.array_equal(found.to_ours(case.buffer).view(unsigned), case.truth.view(unsigned))
+        and np.array_equal(found.to_ours(case.slot).view(unsigned), case.slot_truth.view(unsigned))
+    ):
+        run.bad.append(f"{case.label}: a gapless, uncorrupted buffer read wrongly")
+    return "ok"
+
+
+FUZZERS["discovery"] = fuzz_discovery
 
 
 def limit_memory() -> None:

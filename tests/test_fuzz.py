@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: format -> (seed, random cases): about 15 s in all on two cores, the hostile files included.
 PLAN = {"safetensors": (13, 1000), "tf1": (13, 1000), "onnx": (13, 600), "pt": (13, 300)}
+#: No file: the opaque layout discovery on random buffers, against a naive reference (~2 s).
+PLAN["discovery"] = (13, 300)
 
 
 @pytest.mark.parametrize("fmt", sorted(PLAN))

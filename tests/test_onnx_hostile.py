@@ -439,3 +439,26 @@ def test_torch_export_zero_states_are_accepted(tmp_path: Path) -> None:
     x = torch.randn(6, 2, 3)
     with torch.no_grad():
         assert torch.allclose(layer(x)[0], module(x)[0], atol=1e-6)
+
+
+def test_a_file_over_2_gib_is_refused_from_its_size(tmp_path: Path) -> None:
+    """A protobuf cannot exceed 2 GiB: a 2.6 GB sparse file (no disk cost) is refused from its
+    size at once, before a byte is read."""
+    import tracemalloc
+
+    path = tmp_path / "big.onnx"
+    to_onnx(random_layer("gru", 1, "unidirectional", dtype=torch.float32), path)
+    os.truncate(path, 2_600_000_000)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(
+            OnnxFormatError,
+            match=r"big.onnx' is 2600000000 bytes, more than the 2147483647 a protobuf can hold",
+        ):
+            from_onnx(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 1.0
+    assert peak < 1 << 20, peak

@@ -12,6 +12,8 @@ import re
 import stat
 import subprocess
 import sys
+import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -770,3 +772,46 @@ print("ok")
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_index_without_its_footer_magic_is_refused_before_its_bulk_is_read(tmp_path: Path) -> None:
+    """A 2.6 GB sparse index (no disk cost): the footer is read from the end first, so it is
+    refused at once, without reading (or holding) the 2.6 GB."""
+    from cudnn_rnn import checkpoint
+    from cudnn_rnn.layers import CudnnGRU
+
+    prefix, _ = small_bundle(tmp_path)
+    with open(prefix + ".index", "r+b") as f:
+        f.truncate(2_600_000_000)  # zeros after the table: the magic is no longer last
+    start = time.perf_counter()
+    tracemalloc.start()
+    try:
+        with pytest.raises(TF1BundleError, match=r"bad magic number 0x0000000000000000 \(expe"):
+            read_bundle_index(prefix)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    layer = CudnnGRU(1, 2, input_size=2)
+    with pytest.raises(checkpoint.CheckpointError, match=r"small.ckpt.index: bad magic"):
+        checkpoint.restore(prefix, layer)
+    assert time.perf_counter() - start < 1.0
+    assert peak < 1 << 20, peak
+
+
+def test_footer_handles_outside_a_large_index_are_refused_before_reading(tmp_path: Path) -> None:
+    prefix, _ = small_bundle(tmp_path)
+    good = Path(prefix + ".index").read_bytes()
+    handle = encode_varint(1 << 40) + encode_varint(8)
+    footer = handle * 2 + bytes(40 - 2 * len(handle)) + good[-8:]
+    with open(prefix + ".index", "r+b") as f:
+        f.truncate(2_600_000_000)
+        f.seek(2_600_000_000 - 48)
+        f.write(footer)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TF1BundleError, match=r"metaindex block \(offset 1099511627776, 8 b"):
+            read_bundle_index(prefix)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak

@@ -9,6 +9,7 @@ every value is. ``fixtures/cudnn`` holds buffers that cuDNN 9.19 itself laid out
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNNTanh, checkpoint
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, PROJECTION, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn.formats import cudnn_layout, tf1_bundle
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
 
@@ -474,3 +475,277 @@ def test_ambiguous_zero_matrix_refused() -> None:
     buffer = np.concatenate([np.zeros(4, np.float32), w.ravel(), r.ravel(), bw, br])
     with pytest.raises(LayoutNotFound, match=r"several offsets .* ambiguous"):
         discover(spec, buffer, [w, r], [None, None], {(0, 0, "h"): bw + br})
+
+
+# -- optimizer state that no training leaves (issue 20, item 6) --------------------------------
+
+_KERNEL = "model/cudnn_lstm/opaque_kernel"
+
+
+def _set(name: str, value: object) -> Callable[[dict[str, np.ndarray]], None]:
+    def change(arrays: dict[str, np.ndarray]) -> None:
+        arrays[name] = np.asarray(value)
+
+    return change
+
+
+def _refused_unchanged(prefix: Path, kind: str, match: str) -> None:
+    """restore(..., optimizer=) refuses with ``match``; the layer and the optimizer (which has
+    state of its own from one step) are as they were."""
+    e = _expected("lstm", "classic")
+    layer = MODELS["lstm"]()
+    opt = _optimizer(kind, list(layer.parameters()), e)
+    layer(torch.ones(2, 1, 2))[0].sum().backward()
+    opt.step()
+    before = layer.opaque_kernel.detach().clone()
+    state = {k: v.clone() for k, v in opt.state[layer.opaque_kernel].items()}
+    with pytest.raises(checkpoint.CheckpointError, match=match):
+        checkpoint.restore(prefix, layer, optimizer=opt)
+    assert torch.equal(layer.opaque_kernel.detach(), before)
+    after = opt.state[layer.opaque_kernel]
+    assert after.keys() == state.keys()
+    assert all(torch.equal(after[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize("which", ["beta1_power", "beta2_power"])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0.0, "0.0"), (1.0, "1.0"), (-0.5, "-0.5"), (1.5, "1.5"), (np.nan, "nan"), (np.inf, "inf")],
+)
+def test_beta_power_outside_0_1_refused(tmp_path: Path, which: str, value: float, shown: str):
+    prefix = _rewrite(tmp_path, "lstm", "classic", _set(which, np.float32(value)))
+    _refused_unchanged(
+        prefix, "adam", rf"'{which}' is {shown}, expected a finite value in \(0, 1\)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(np.full(2, 0.5, np.float32), "float32 \\[2\\]"), (np.int64(0), "int64 \\[\\]")],
+)
+def test_beta_power_not_a_float_scalar_refused(tmp_path: Path, value: object, shown: str):
+    prefix = _rewrite(tmp_path, "lstm", "classic", _set("beta1_power", value))
+    _refused_unchanged(prefix, "adam", rf"'beta1_power' is {shown}, expected a float scalar")
+
+
+@pytest.mark.parametrize("kind", ["rmsprop", "adagrad"])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (np.float32(np.nan), "nan"),
+        (np.float64(np.inf), "inf"),
+        (np.int64(-1), "-1"),
+        (np.float32(2.5), "2.5"),
+    ],
+)
+def test_global_step_not_a_step_count_refused(tmp_path: Path, kind: str, value: object, shown):
+    prefix = _rewrite(tmp_path, "lstm", "classic", _set("global_step", value))
+    _refused_unchanged(
+        prefix, kind, rf"'global_step' is {shown}, expected a finite non-negative integer"
+    )
+
+
+@pytest.mark.parametrize("kind", ["rmsprop", "adagrad"])
+def test_global_step_not_a_scalar_refused(tmp_path: Path, kind: str) -> None:
+    prefix = _rewrite(tmp_path, "lstm", "classic", _set("global_step", np.zeros(2, np.int64)))
+    _refused_unchanged(prefix, kind, r"'global_step' is int64 \[2\], expected an integer scalar")
+
+
+@pytest.mark.parametrize("kind", ["rmsprop", "adagrad"])
+@pytest.mark.parametrize("value", [np.int64(41), np.float32(41.0)])
+def test_global_step_gives_the_step(tmp_path: Path, kind: str, value: object) -> None:
+    prefix = _rewrite(tmp_path, "lstm", "classic", _set("global_step", value))
+    layer = MODELS["lstm"]()
+    opt = _optimizer(kind, list(layer.parameters()), _expected("lstm", "classic"))
+    checkpoint.restore(prefix, layer, optimizer=opt)
+    assert opt.state[layer.opaque_kernel]["step"].item() == 41
+
+
+def _poke(slot: str, value: float, at: str = "w0") -> Callable[[dict[str, np.ndarray]], None]:
+    """Set ``slot``'s value at the foreign place of the first element of canonical ``at``."""
+
+    def change(arrays: dict[str, np.ndarray]) -> None:
+        e = _expected("lstm", "classic")
+        where = int(np.flatnonzero(arrays[_KERNEL] == e[at].reshape(-1)[0])[0])
+        arrays[slot] = arrays[slot].copy()
+        arrays[slot][where] = value
+
+    return change
+
+
+SECOND_MOMENTS = [("adam", "Adam_1"), ("rmsprop", "RMSProp"), ("adagrad", "Adagrad")]
+
+
+@pytest.mark.parametrize(("kind", "slot"), SECOND_MOMENTS)
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        (-0.25, r"1 negative value\(s\) \(first: -0.25\)"),
+        (np.nan, r"1 non-finite"),
+        (np.inf, r"1 non-fin"),
+    ],
+)
+def test_bad_second_moment_slot_refused(tmp_path: Path, kind: str, slot: str, value, what):
+    name = f"{_KERNEL}/{slot}"
+    prefix = _rewrite(tmp_path, "lstm", "classic", _poke(name, value))
+    _refused_unchanged(prefix, kind, rf"optimizer slot '{name}' holds {what}")
+
+
+@pytest.mark.parametrize(("kind", "slot"), [("adam", "Adam"), ("momentum", "Momentum")])
+def test_non_finite_first_moment_refused(tmp_path: Path, kind: str, slot: str) -> None:
+    name = f"{_KERNEL}/{slot}"
+    prefix = _rewrite(tmp_path, "lstm", "classic", _poke(name, np.nan))
+    _refused_unchanged(prefix, kind, rf"optimizer slot '{name}' holds 1 non-finite value")
+
+
+@pytest.mark.parametrize(("kind", "slot"), [("adam", "Adam"), ("momentum", "Momentum")])
+def test_first_moment_may_be_negative(tmp_path: Path, kind: str, slot: str) -> None:
+    prefix = _rewrite(tmp_path, "lstm", "classic", _poke(f"{_KERNEL}/{slot}", -0.75))
+    layer = MODELS["lstm"]()
+    opt = _optimizer(kind, list(layer.parameters()), _expected("lstm", "classic"))
+    checkpoint.restore(prefix, layer, optimizer=opt)
+    state = opt.state[layer.opaque_kernel]
+    assert state["exp_avg" if kind == "adam" else "momentum_buffer"][0].item() == -0.75
+
+
+def test_garbage_in_a_slots_padding_is_not_looked_at(tmp_path: Path) -> None:
+    """The aligned layout's padding holds no parameter: NaN or negative there is no problem."""
+    e = _expected("lstm", "aligned")
+    spec = MODELS["lstm"]().spec
+    n = len(layout_of(spec).weights)
+    weights = [e[f"w{k}"] for k in range(n)]
+    biases = [e[f"b{k}"] for k in range(len(layout_of(spec).biases))]
+    buffer = tf1_bundle.read_bundle(str(_prefix("lstm", "aligned")), [_KERNEL])[_KERNEL]
+    found = discover(spec, buffer, weights, biases, {})
+    padding = np.setdiff1d(np.arange(buffer.size), found.gather)
+    assert padding.size > 1
+
+    def change(arrays: dict[str, np.ndarray]) -> None:
+        for slot in ("Adam", "Adam_1"):
+            arrays[f"{_KERNEL}/{slot}"] = arrays[f"{_KERNEL}/{slot}"].copy()
+            arrays[f"{_KERNEL}/{slot}"][padding[0::2]] = np.nan
+            arrays[f"{_KERNEL}/{slot}"][padding[1::2]] = -1.0
+
+    prefix = _rewrite(tmp_path, "lstm", "aligned", change)
+    layer = MODELS["lstm"]()
+    opt = _optimizer("adam", list(layer.parameters()), e)
+    checkpoint.restore(prefix, layer, optimizer=opt)
+    assert torch.equal(
+        opt.state[layer.opaque_kernel]["exp_avg_sq"], torch.from_numpy(e["slot_adam_v"])
+    )
+
+
+# -- discovery in bounded time (issue 20, item 7) ----------------------------------------------
+
+
+def _degenerate(kind: str, shape: tuple[int, ...]) -> np.ndarray:
+    if kind == "zero":  # as right after a zero initialisation
+        return np.zeros(shape, np.float32)
+    return np.resize(np.array([0.5, -0.25, 0.125], np.float32), shape)  # a short period
+
+
+def _degenerate_checkpoint(tmp_path: Path, layer: _CudnnRNN, kind: str) -> np.ndarray:
+    """A TF1 training checkpoint of ``layer`` (its canonical tensors and its opaque kernel, in
+    our layout) whose matrices are all ``kind``; its biases random. Returns the buffer."""
+    layout = layout_of(layer.spec)
+    rng = np.random.default_rng(0)
+    weights = [_degenerate(kind, p.shape) for p in layout.weights]
+    biases = [rng.standard_normal(p.shape).astype(np.float32) for p in layout.biases]
+    flat = layout.pack(weights, biases)
+    with torch.no_grad():
+        layer.opaque_kernel.copy_(torch.from_numpy(flat))
+    prefix = str(tmp_path / "degenerate.ckpt")
+    checkpoint.save(prefix, layer, format="tf")
+    arrays = tf1_bundle.read_bundle(prefix)
+    arrays[f"{layer.saveable.scope}/{layer.name}/opaque_kernel".lstrip("/")] = flat
+    tf1_bundle.write_bundle(prefix, arrays)
+    return flat
+
+
+DEGENERATE = {  # the issue's cases: 13 s, about 400 s and far more before (H^4)
+    "lstm_1x128": lambda: CudnnLSTM(1, 128, input_size=128, scope="m"),
+    "lstm_1x256": lambda: CudnnLSTM(1, 256, input_size=256, scope="m"),
+    # 1.47M parameters: an 11.8 MB checkpoint, the opaque kernel and the canonical tensors
+    "lstm_2x192_bi": lambda: CudnnLSTM(
+        2, 192, input_size=192, direction="bidirectional", scope="m"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["zero", "repetitive"])
+@pytest.mark.parametrize("model", list(DEGENERATE))
+def test_degenerate_matrices_restore_in_under_a_second(tmp_path: Path, model: str, kind: str):
+    flat = _degenerate_checkpoint(tmp_path, DEGENERATE[model](), kind)
+    took = []
+    for _ in range(2):  # the better of two: a busy machine should not fail the test
+        layer = DEGENERATE[model]()
+        start = time.perf_counter()
+        checkpoint.restore(tmp_path / "degenerate.ckpt", layer)
+        took.append(time.perf_counter() - start)
+        assert torch.equal(layer.opaque_kernel.detach(), torch.from_numpy(flat))
+    assert min(took) < 1.0, took
+
+
+@pytest.mark.parametrize("kind", ["zero", "repetitive"])
+def test_discovery_work_is_of_the_order_of_the_buffer(kind: str) -> None:
+    spec = RNNSpec("lstm", 2, 48, 20, direction="bidirectional")
+    layout = layout_of(spec)
+    weights = [_degenerate(kind, p.shape) for p in layout.weights]
+    rng = np.random.default_rng(1)
+    biases = [rng.standard_normal(p.shape).astype(np.float32) for p in layout.biases]
+    flat = layout.pack(weights, biases)
+    found = discover(spec, flat, weights, biases, {})
+    assert np.array_equal(found.to_ours(flat), flat)
+    assert 0 < found.work <= 16 * flat.size, found.work
+
+
+def test_discovery_past_its_work_budget_is_refused(tmp_path: Path, monkeypatch) -> None:
+    spec = RNNSpec("rnn_tanh", 1, 16, 16)
+    layout = layout_of(spec)
+    weights = [np.zeros(p.shape, np.float32) for p in layout.weights]
+    biases = [np.ones(p.shape, np.float32) for p in layout.biases]
+    flat = layout.pack(weights, biases)
+    with pytest.raises(
+        LayoutNotFound,
+        match=r"the layout could not be determined within the work budget \(100 elements hashed "
+        r"or compared, for a buffer of 544 values\)",
+    ):
+        discover(spec, flat, weights, biases, {}, budget=100)
+    # Through restore: a CheckpointError that names the way out.
+    layer = CudnnRNNTanh(1, 16, input_size=16, scope="m")
+    _degenerate_checkpoint(tmp_path, layer, "zero")
+    monkeypatch.setattr(cudnn_layout, "WORK_PER_ELEMENT", 0)
+    monkeypatch.setattr(cudnn_layout, "WORK_FLOOR", 10)
+    before = layer.opaque_kernel.detach().clone()
+    with pytest.raises(
+        checkpoint.CheckpointError, match=r"within the work budget .*opaque_name=False"
+    ):
+        checkpoint.restore(tmp_path / "degenerate.ckpt", layer)
+    assert torch.equal(layer.opaque_kernel.detach(), before)
+
+
+def test_windows_whose_keys_collide_are_told_apart_by_value() -> None:
+    """A Thue-Morse run and its complement have equal keys whatever the hash's salt and base
+    (their polynomial difference vanishes modulo 2**64 from length 2**11): the key only proposes
+    a place, the values decide."""
+    spec = RNNSpec("rnn_tanh", 1, 32, 64)
+    layout = layout_of(spec)
+    thue_morse = np.array([bin(i).count("1") % 2 for i in range(2048)])
+    w = np.where(thue_morse == 0, 0.5, -0.5).astype(np.float32).reshape(32, 64)
+    r = np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32)
+    biases = [np.full(32, k + 1.0, np.float32) for k in range(2)]
+    decoy = -w.reshape(-1)  # every element differs
+    work = cudnn_layout._Work(1 << 30, 4096)
+    with np.errstate(over="ignore"):
+        (proposed,) = cudnn_layout._candidates(
+            np.concatenate([decoy, w.reshape(-1)]).view(np.uint32),
+            2048,
+            [w.reshape(-1).view(np.uint32)],
+            work,
+        )
+    assert 0 in proposed and 2048 in proposed  # the decoy's key is the matrix's
+    packed = layout.pack([w, r], biases)
+    found = discover(spec, np.concatenate([packed, decoy]), [w, r], biases, {})
+    assert found.offsets[0] == 0 and found.padding == 2048
+    with pytest.raises(LayoutNotFound, match=r"1 of 2 matrices are nowhere in the buffer: layer 0"):
+        discover(spec, np.concatenate([decoy, packed[2048:]]), [w, r], biases, {})

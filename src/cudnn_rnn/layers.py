@@ -465,10 +465,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
     def _sizes_solving(self, size: int) -> list[int]:
         # params_size is affine in input_size under linear_input: solve it from two points.
         b = self._base_spec
-        at = [
-            layout_of(b.with_input(i, CUDNN_INPUT_LINEAR_MODE)).size
-            for i in (1, 2)
-        ]
+        at = [layout_of(b.with_input(i, CUDNN_INPUT_LINEAR_MODE)).size for i in (1, 2)]
         slope = at[1] - at[0]
         i, rem = divmod(size - at[0], slope)
         return [i + 1] if rem == 0 and i >= 0 else []

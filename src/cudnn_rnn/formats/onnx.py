@@ -198,11 +198,18 @@ class _Node:
     b: np.ndarray | None
 
 
+#: The largest message protobuf serialises or parses (2 GiB - 1 bytes): a model file past it is
+#: refused from its size before it is read, whatever its format (onnx.checker serialises the
+#: model, so one that does not fit is refused later anyway).
+_MAX_PROTOBUF = 2**31 - 1
+
+
 def load_model(path: str | os.PathLike[str]) -> Any:
     """The ``onnx.ModelProto`` in the file ``path``, checked; :func:`from_onnx` and the
     ``cudnn-rnn`` command read ONNX files with it.
 
-    ``path`` must be a regular file: a FIFO, a device or a folder is refused before it is opened.
+    ``path`` must be a regular file: a FIFO, a device or a folder is refused before it is opened,
+    a file over 2 GiB (no protobuf is larger) before it is read.
     External data must be regular files in the model's folder (no absolute path, no ``..``, no
     link out of it), and each tensor's range must exist in its file without overlapping
     another's (no byte is read twice). Then ``onnx.checker`` checks the model.
@@ -218,7 +225,14 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     # a writer and the fstat below refuses it.
     fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     with os.fdopen(fd, "rb") as file:
-        _check_regular(os.fstat(file.fileno()), label)
+        info = os.fstat(file.fileno())
+        _check_regular(info, label)
+        if info.st_size > _MAX_PROTOBUF:  # refused from its size: reading it would be wasted
+            raise OnnxFormatError(
+                f"{label} is {info.st_size} bytes, more than the {_MAX_PROTOBUF} a protobuf can "
+                "hold, so it is no ONNX model; a model this large keeps its weights in external "
+                "data files (onnx.save_model(..., save_as_external_data=True))."
+            )
         data = file.read()
     registry = onnx.serialization.registry
     fmt = registry.get_format_from_file_extension(os.path.splitext(name)[1]) or "protobuf"

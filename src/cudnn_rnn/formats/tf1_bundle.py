@@ -73,15 +73,17 @@ from cudnn_rnn.formats.protobuf_wire import (
 # bundle has always had (tests and the fuzz worker build hostile indexes with them, and a test
 # shrinks _BLOCK_SIZE to make the writer produce many blocks).
 from cudnn_rnn.formats.tf1_table import BLOCK_SIZE as _BLOCK_SIZE
-from cudnn_rnn.formats.tf1_table import RESTART_INTERVAL as _RESTART_INTERVAL
-from cudnn_rnn.formats.tf1_table import build_table as _build_table
 from cudnn_rnn.formats.tf1_table import (
+    FOOTER_SIZE,
     crc32c,
     masked_crc32c,
+    read_footer,
     show_key,
     table_entries,
     unmask_crc32c,
 )
+from cudnn_rnn.formats.tf1_table import RESTART_INTERVAL as _RESTART_INTERVAL
+from cudnn_rnn.formats.tf1_table import build_table as _build_table
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -517,13 +519,20 @@ def open_bundle(path: str | os.PathLike[str]) -> BundleIndex:
     prefix = _readable_prefix(bundle_prefix(path))
     index_path = prefix + ".index"
     try:
-        data = _read_file(index_path, "index")
+        fd, size = _open_regular(index_path, "index")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"TF1 checkpoint: no index file {index_path} (give the checkpoint prefix, the path "
             "without '.index')"
         ) from None
     try:
+        with os.fdopen(fd, "rb") as f:
+            # The footer first, from the end: a file that is no index (or a truncated one) is
+            # refused before its bulk is read, however large it is.
+            f.seek(max(0, size - FOOTER_SIZE))
+            read_footer(f.read(FOOTER_SIZE), size)
+            f.seek(0)
+            data = f.read()
         header, entries = _parse_index(data)
     except Malformed as err:
         raise TF1BundleError(f"TF1 checkpoint index {index_path}: {err}.") from None
@@ -764,13 +773,6 @@ def _open_regular(path: str, what: str) -> tuple[int, int]:
     except BaseException:
         os.close(fd)
         raise
-
-
-def _read_file(path: str, what: str) -> bytes:
-    """The bytes of the regular file ``path`` (see :func:`_open_regular`)."""
-    fd, _ = _open_regular(path, what)
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 def _read_tensor_bytes(

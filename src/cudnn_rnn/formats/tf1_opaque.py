@@ -26,6 +26,12 @@ updated after each step)::
 ``step`` of RMSprop and Adagrad is the file's ``global_step`` (0 without one). The update rules
 differ in their epsilon and initial values; ``docs/migration.md`` lists each difference and the
 torch settings that come closest.
+
+What no training leaves is refused, naming the tensor, before anything is written: a beta power
+that is not a finite float scalar in (0, 1); a ``global_step`` (where it is used) that is not a
+finite non-negative integer scalar; a slot with a NaN or infinite value, or a second-moment slot
+(``/Adam_1``, ``/RMSProp``, ``/Adagrad``: sums of squared gradients) with a negative one. Slots are
+checked in our layout: the padding of a foreign buffer holds no parameter and is not looked at.
 """
 
 from __future__ import annotations
@@ -53,6 +59,10 @@ Reader = Callable[[Sequence[str]], Mapping[str, Tensor]]
 
 _SUFFIX = "opaque_kernel"
 _FLOATS = ("float16", "float32", "float64")
+_INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: Slots that accumulate squared gradients: never negative.
+_SECOND_MOMENTS = ("Adam_1", "RMSProp", "Adagrad")
+_WEIGHTS_ALONE = "restore without optimizer= to take the weights alone"
 #: TF's default slot names of each supported torch optimizer, in the order they are used.
 _SLOTS = {
     "Adam": ("Adam", "Adam_1"),
@@ -260,10 +270,25 @@ def _names_to_read(
             found = _beta_power(claims, which)
             if found is None:
                 problems.append(f"the file holds no {which}: Adam's step count is unknown")
-            else:
-                wanted.add(found)
-    if kind in ("RMSprop", "Adagrad") and claims.get("global_step", ((1,), ""))[0] == ():
-        wanted.add("global_step")
+                continue
+            shape, dtype = claims[found]
+            if shape != () or dtype not in (*_FLOATS, "bfloat16"):
+                problems.append(
+                    f"{found!r} is {dtype} {list(shape)}, expected a float scalar (TF's "
+                    f"AdamOptimizer stores {which[:5]}**(t+1) after t steps); the file is corrupt: "
+                    f"{_WEIGHTS_ALONE}"
+                )
+                continue
+            wanted.add(found)
+    if kind in ("RMSprop", "Adagrad") and chosen and "global_step" in claims:
+        shape, dtype = claims["global_step"]
+        if shape != () or dtype not in (*_INTEGERS, *_FLOATS, "bfloat16"):
+            problems.append(
+                f"'global_step' is {dtype} {list(shape)}, expected an integer scalar (the steps "
+                f"trained, which {kind}'s state counts); the file is corrupt: {_WEIGHTS_ALONE}"
+            )
+        else:
+            wanted.add("global_step")
     return wanted
 
 
@@ -330,17 +355,60 @@ def _plan_one(
     param = t.param
 
     def ours(array: np.ndarray) -> Tensor:
-        return torch.from_numpy(layout.to_ours(array)).to(param.device, param.dtype)
+        return torch.from_numpy(array).to(param.device, param.dtype)
 
-    out.writes.append((param, ours(buffer)))
+    out.writes.append((param, ours(layout.to_ours(buffer))))
     if optimizer is None or kind is None:
         return
     group = _group(optimizer, param)
     assert group is not None  # checked in _names_to_read
-    slots = [ours(arrays[s]) for s in slot_names]
+    mapped = [layout.to_ours(arrays[s]) for s in slot_names]
+    before = len(problems)
+    for slot, values in zip(slot_names, mapped):
+        _check_slot(slot, values, problems)
+    if len(problems) > before:
+        return
+    slots = [ours(values) for values in mapped]
     state = _state(kind, group, param, slots, arrays, name, problems)
     if state is not None:
         out.states.append((optimizer, param, state))
+
+
+def _check_slot(name: str, values: np.ndarray, problems: list[str]) -> None:
+    """A slot's values (in our layout) are finite, and a second moment's never negative."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        problems.append(
+            f"optimizer slot {name!r} holds {int(bad.sum())} non-finite value(s) (first: "
+            f"{float(values[bad][0])!r}); training had diverged or the file is corrupt: "
+            f"{_WEIGHTS_ALONE}"
+        )
+        return
+    if name.rsplit("/", 1)[-1] in _SECOND_MOMENTS:
+        negative = values < 0
+        if negative.any():
+            problems.append(
+                f"optimizer slot {name!r} holds {int(negative.sum())} negative value(s) (first: "
+                f"{float(values[negative][0])!r}); it accumulates squared gradients, which no step "
+                f"makes negative, so the file is corrupt: {_WEIGHTS_ALONE}"
+            )
+
+
+def _global_step(arrays: Mapping[str, np.ndarray], problems: list[str]) -> float | None:
+    """The file's ``global_step`` (0 without one), or None (and a problem) if it is no count."""
+    if "global_step" not in arrays:
+        return 0.0
+    value = arrays["global_step"]
+    number = float(value)
+    if value.dtype.kind in "iu" and number >= 0:
+        return number
+    if math.isfinite(number) and number >= 0 and number == int(number):
+        return number
+    problems.append(
+        f"'global_step' is {value.item()!r}, expected a finite non-negative integer (the steps "
+        f"trained); the file is corrupt: {_WEIGHTS_ALONE}"
+    )
+    return None
 
 
 def _scalar(value: float, group: Mapping[str, Any], param: Tensor) -> Tensor:
@@ -358,7 +426,6 @@ def _state(
     name: str,
     problems: list[str],
 ) -> dict[str, Any] | None:
-    global_step = float(arrays["global_step"]) if "global_step" in arrays else 0.0
     if kind == "Adam":
         if group.get("amsgrad"):
             problems.append("TF1's AdamOptimizer has no amsgrad; use Adam(amsgrad=False)")
@@ -375,6 +442,9 @@ def _state(
             )
             return None
         return {"momentum_buffer": slots[0]}
+    global_step = _global_step(arrays, problems)
+    if global_step is None:
+        return None
     if kind == "RMSprop":
         if group["centered"]:
             problems.append("centered RMSprop needs TF's mean-gradient slot; use centered=False")
@@ -391,10 +461,20 @@ def _adam_steps(
     group: Mapping[str, Any], arrays: Mapping[str, np.ndarray], problems: list[str]
 ) -> int | None:
     """Adam steps TF took: it stores ``beta**(t+1)`` (the power its next step uses)."""
-    powers = {
-        which: float(next(v for n, v in arrays.items() if n.split("/")[-1] == which))
+    names = {
+        which: next(n for n in arrays if n.split("/")[-1] == which)
         for which in ("beta1_power", "beta2_power")
     }
+    powers = {which: float(arrays[n]) for which, n in names.items()}
+    bad = [which for which, p in powers.items() if not 0.0 < p < 1.0]  # NaN included
+    for which in bad:
+        problems.append(
+            f"{names[which]!r} is {powers[which]!r}, expected a finite value in (0, 1) (TF's "
+            f"AdamOptimizer stores {which[:5]}**(t+1) after t steps); the file is corrupt: "
+            f"{_WEIGHTS_ALONE}"
+        )
+    if bad:
+        return None
     beta1, beta2 = (float(b) for b in group["betas"])
     estimates = {}
     for which, beta in (("beta1_power", beta1), ("beta2_power", beta2)):

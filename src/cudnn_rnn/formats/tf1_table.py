@@ -53,6 +53,7 @@ __all__ = [
     "masked_crc32c",
     "parse_block",
     "read_block",
+    "read_footer",
     "read_handle",
     "read_table",
     "show_key",
@@ -122,13 +123,36 @@ def read_handle(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int, in
     return offset, size, pos
 
 
-def read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> bytes:
-    """The contents of the block at ``offset``, its trailer's checksum verified."""
+def _check_span(offset: int, size: int, limit: int, what: str) -> None:
     if offset + size + TRAILER_SIZE > limit:
         raise Malformed(
             f"{what} (offset {offset}, {size} bytes + {TRAILER_SIZE}-byte trailer) runs past "
             f"the end of the table data ({limit} bytes before the footer)"
         )
+
+
+def read_footer(footer: bytes, n: int) -> tuple[int, int, int, int]:
+    """The metaindex and index block handles (offset, size, offset, size) of a table of ``n``
+    bytes whose last :data:`FOOTER_SIZE` bytes are ``footer``: its magic number checked and the
+    blocks inside the table. A reader calls it with the file's end before it reads the bulk."""
+    if n < FOOTER_SIZE:
+        raise Malformed(f"{n} bytes is too short for a table (its footer alone is 48 bytes)")
+    magic = int.from_bytes(footer[HANDLES_SIZE:], "little")
+    if magic != MAGIC:
+        raise Malformed(
+            f"bad magic number {magic:#018x} (expected {MAGIC:#018x}): not a TensorFlow "
+            "checkpoint index, or truncated"
+        )
+    meta_offset, meta_size, pos = read_handle(footer, 0, HANDLES_SIZE, "footer")
+    index_offset, index_size, _ = read_handle(footer, pos, HANDLES_SIZE, "footer")
+    _check_span(meta_offset, meta_size, n - FOOTER_SIZE, "metaindex block")
+    _check_span(index_offset, index_size, n - FOOTER_SIZE, "index block")
+    return meta_offset, meta_size, index_offset, index_size
+
+
+def read_block(data: bytes, offset: int, size: int, limit: int, what: str) -> bytes:
+    """The contents of the block at ``offset``, its trailer's checksum verified."""
+    _check_span(offset, size, limit, what)
     end = offset + size
     stored = int.from_bytes(data[end + 1 : end + TRAILER_SIZE], "little")
     actual = crc32c(memoryview(data)[offset : end + 1])  # the crc covers the compression byte too
@@ -231,18 +255,8 @@ def table_entries(data: bytes) -> Iterator[tuple[bytes, bytes, int, int, int]]:
     the value in the block, offset of the block in ``data``); all checksums verified, one block
     in memory at a time."""
     n = len(data)
-    if n < FOOTER_SIZE:
-        raise Malformed(f"{n} bytes is too short for a table (its footer alone is 48 bytes)")
-    footer = data[n - FOOTER_SIZE :]
-    magic = int.from_bytes(footer[HANDLES_SIZE:], "little")
-    if magic != MAGIC:
-        raise Malformed(
-            f"bad magic number {magic:#018x} (expected {MAGIC:#018x}): not a TensorFlow "
-            "checkpoint index, or truncated"
-        )
+    meta_offset, meta_size, index_offset, index_size = read_footer(data[-FOOTER_SIZE:], n)
     limit = n - FOOTER_SIZE
-    meta_offset, meta_size, pos = read_handle(footer, 0, HANDLES_SIZE, "footer")
-    index_offset, index_size, _ = read_handle(footer, pos, HANDLES_SIZE, "footer")
     read_block(data, meta_offset, meta_size, limit, "metaindex block")  # checksum only
     index = read_block(data, index_offset, index_size, limit, "index block")
     lower: bytes | None = None  # every key of a block is > the previous block's separator
