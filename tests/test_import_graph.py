@@ -40,6 +40,7 @@ LOWER = tuple(
         "engines",
         "validation",
         "initializers",
+        "errors",
         "ops",
         "layers",
         "cells",
@@ -65,10 +66,12 @@ CELLS_ORDER = tuple(f"{CELLS}.{name}" for name in ("compatible", "drivers", "sta
 TF_NAMES = f"{CORE}.tf_names"
 #: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may import:
 #: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
+#: The package's error base (``errors``, standard library only) sits below them all.
+ERRORS = f"{PACKAGE}.errors"
 TF1_LAYERS: dict[str, frozenset[str]] = {
-    f"{PACKAGE}.formats.tf1_bundle": frozenset({f"{PACKAGE}.atomic"}),
-    f"{PACKAGE}.formats.tf1_table": frozenset(),
-    f"{PACKAGE}.formats.protobuf_wire": frozenset(),
+    f"{PACKAGE}.formats.tf1_bundle": frozenset({f"{PACKAGE}.atomic", ERRORS}),
+    f"{PACKAGE}.formats.tf1_table": frozenset({ERRORS}),
+    f"{PACKAGE}.formats.protobuf_wire": frozenset({ERRORS}),
 }
 
 
@@ -294,6 +297,15 @@ def test_tf1_format_layers_import_only_downward(
         "a TF1 format layer imports a layer above it, or beside it (bundle -> table -> wire):\n"
         + "\n".join(bad)
     )
+
+
+def test_the_error_base_imports_nothing_of_the_package(
+    modules: dict[str, Path], edges: list[Edge]
+) -> None:
+    """``errors`` is the bottom: every module may derive its errors from it."""
+    assert ERRORS in modules
+    bad = [f"{e.target} ({e.where})" for e in edges if e.source == ERRORS]
+    assert not bad, "cudnn_rnn.errors imports the package: " + ", ".join(bad)
 
 
 def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:

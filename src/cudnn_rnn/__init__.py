@@ -24,6 +24,7 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.errors import CudnnRNNError
 
 if TYPE_CHECKING:
     from cudnn_rnn import checkpoint, convert, ops
@@ -135,6 +136,7 @@ __all__ = [
     "CudnnParamsFormatConverterLSTM",
     "CudnnParamsFormatConverterRelu",
     "CudnnParamsFormatConverterTanh",
+    "CudnnRNNError",
     "CudnnRNNRelu",
     "CudnnRNNReluSaveable",
     "CudnnRNNTanh",

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from cudnn_rnn import atomic
 from cudnn_rnn.checkpointable import Checkpointable, Shape
 from cudnn_rnn.core.constants import DIRECTIONS, INPUT_MODES, MODES
+from cudnn_rnn.errors import CudnnRNNError
 
 __all__ = [
     "FORMAT",
@@ -64,7 +65,7 @@ FORMAT_VERSION = 1
 MAX_LISTED_PROBLEMS = 20
 
 
-class CheckpointError(ValueError):
+class CheckpointError(CudnnRNNError, ValueError):
     """A checkpoint that cannot be read, or does not fit the objects.
 
     ``problems`` lists the mismatches a restore found (or the one reason a file cannot be read),

@@ -47,6 +47,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.gate_blocks import BlockKey, unstack_gates
 from cudnn_rnn.formats.onnx_graph import (
@@ -155,7 +156,7 @@ def _save_atomically(onnx: Any, model: Any, path: str) -> None:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class OnnxFormatError(ValueError):
+class OnnxFormatError(CudnnRNNError, ValueError):
     """An ONNX model that :func:`from_onnx` cannot read: bytes that are not a valid model, a file
     that is not a regular file, hostile sizes, or a graph that computes something else than a
     stack of our layers."""

@@ -20,6 +20,8 @@ protobuf's own serializer writes (fields in order, proto3 defaults omitted).
 
 from __future__ import annotations
 
+from cudnn_rnn.errors import CudnnRNNError
+
 __all__ = [
     "BYTES",
     "FIXED32",
@@ -49,7 +51,7 @@ Field = tuple[int, int | bytes]  # (wire type, value)
 Span = tuple[int, int, int, int]
 
 
-class Malformed(Exception):
+class Malformed(CudnnRNNError):
     """Raised while parsing; the public function that parses a file adds its path and re-raises
     its own error type."""
 

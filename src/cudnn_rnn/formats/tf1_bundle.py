@@ -53,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cudnn_rnn import atomic
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.protobuf_wire import (
     BYTES,
     FIXED32,
@@ -103,7 +104,7 @@ __all__ = [
 Array = npt.NDArray[Any]
 
 
-class TF1BundleError(ValueError):
+class TF1BundleError(CudnnRNNError, ValueError):
     """A tensor bundle that is corrupt, truncated, hostile, or uses a feature this reader lacks."""
 
 

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, layout_of
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
@@ -72,7 +73,7 @@ _SLOTS = {
 }
 
 
-class OpaqueRestoreError(ValueError):
+class OpaqueRestoreError(CudnnRNNError, ValueError):
     """The opaque kernel or its slots cannot be restored (``problems`` lists why)."""
 
     def __init__(self, problems: Sequence[str]) -> None:
