@@ -9,7 +9,9 @@ places) and a fixed set of hostile hand-made files, each with the reader a user 
 - ``onnx``: ``convert.from_onnx``;
 - ``pt``: the CLI, ``cudnn-rnn inspect`` and ``cudnn-rnn convert`` of a torch state_dict;
 - ``discovery``: no file: ``cudnn_layout.discover`` (a TF1 opaque kernel's layout) on random
-  foreign buffers, checked against a naive reference of its rules (:func:`fuzz_discovery`).
+  foreign buffers, checked against a naive reference of its rules (:func:`fuzz_discovery`);
+- ``h5``: ``from_keras_h5`` of a Keras 2 ``.h5`` file (and ``cudnn-rnn inspect`` of the hostile
+  ones), where HDF5 itself loops or crashes on some corruptions (:func:`fuzz_h5`).
 
 Every read must either give the original values exactly (where the corruption cannot be noticed:
 flips inside tensor bytes that the format does not checksum are not made) or raise the reader's
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import random
 import resource
 import struct
@@ -41,8 +44,8 @@ import numpy as np
 import torch
 
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
+from cudnn_rnn.formats import keras_h5, tf1_bundle
 from cudnn_rnn.formats import onnx as onnx_format
-from cudnn_rnn.formats import tf1_bundle
 
 HEADROOM = 1 << 30  # bytes the readers may allocate beyond what the imports took
 
@@ -685,6 +688,127 @@ def discovery_read(run: Run, case: DiscoveryCase) -> str:
 
 
 FUZZERS["discovery"] = fuzz_discovery
+
+
+# -- Keras 2 .h5 files -----------------------------------------------------------------------------
+
+#: The h5 reader's time limit here (and the CLI's, through ``TIME_LIMIT_BASE``): a loop in HDF5
+#: costs this much; a sound read takes about 0.1 s (one stopped anyway counts as a KerasH5Error,
+#: and the run must have read some files to pass).
+H5_TIME_LIMIT = 1.0
+KERAS2 = Path(__file__).resolve().parent / "fixtures" / "keras2"
+
+
+def fuzz_h5(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
+    """``from_keras_h5`` of a Keras 2 whole-model file (the CLI for the hostile ones). The
+    oldest HDF5 format, which Keras 2 writes, has no checksums, so a changed byte outside the
+    weights' values can make another valid file (a dataset's address, a name, the config);
+    such a read counts as ``other file``. What may never happen: a hang, a crash, an error not
+    typed."""
+    import h5py
+
+    source = KERAS2 / "cudnn_model.h5"
+    data = source.read_bytes()
+    want = {n: x.opaque_kernel.detach().clone() for n, x in keras_h5.from_keras_h5(source).items()}
+    spans: list[tuple[int, int]] = []
+    with h5py.File(source, "r") as f:  # the intact fixture, trusted: where the values lie
+        for ds in _datasets(f, h5py):
+            start = ds.id.get_offset()
+            if start is not None:
+                spans.append((start, start + ds.id.get_storage_size()))
+    outside = lambda i: not any(a <= i < b for a, b in spans)  # noqa: E731
+    keras_h5.TIME_LIMIT_BASE = H5_TIME_LIMIT
+    path = folder / "model.h5"
+    variants = [
+        *((label, blob, False) for label, blob in truncations(data, rng, cases // 4)),
+        *((label, blob, False) for label, blob in flips(data, rng, cases - cases // 4, outside)),
+        *((label, blob, True) for label, blob in hostile_h5(data, folder, h5py)),
+    ]
+    for label, blob, hostile in variants:
+        path.write_bytes(blob)
+        h5_read(run, label, path, want)
+        if hostile and "loop" not in label:  # the CLI on a loop: tests/test_keras_h5.py
+            cli_read(run, f"inspect, {label}", ["inspect", str(path)], str(path))
+    if not run.outcomes["ok"]:
+        run.bad.append(f"no variant read back: is {H5_TIME_LIMIT} s too short here?")
+
+
+def _datasets(f: Any, h5py: Any) -> list[Any]:
+    found: list[Any] = []
+    f.visititems(lambda _, obj: found.append(obj) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def h5_read(run: Run, label: str, path: Path, want: dict[str, torch.Tensor]) -> None:
+    def read() -> str:
+        try:
+            layers = keras_h5.from_keras_h5(path, time_limit=H5_TIME_LIMIT)
+        except keras_h5.KerasH5Error:
+            raise
+        except ValueError as err:  # a changed config can ask for math cuDNN lacks: refused
+            if not str(err).startswith(f"from_keras_h5: {str(path)!r}: layer "):
+                raise
+            return "refused"
+        got = {n: x.opaque_kernel.detach() for n, x in layers.items()}
+        if got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want):
+            return "ok"
+        return "other file"
+
+    run.check(label, read)
+
+
+def hostile_h5(data: bytes, folder: Path, h5py: Any) -> list[tuple[str, bytes]]:
+    from tests import h5_hostile
+
+    def corrupted(edit: Callable[[bytearray], None]) -> bytes:
+        out = bytearray(data)
+        edit(out)
+        return bytes(out)
+
+    def edited(edit: Callable[[Any], None]) -> bytes:
+        copy = folder / "hostile.h5"
+        copy.write_bytes(data)
+        with h5py.File(copy, "r+") as f:
+            edit(f["model_weights/cu_dnnlstm/cu_dnnlstm"])
+        return copy.read_bytes()
+
+    fifo = folder / "fifo"
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)  # opened by anything, it would block forever
+
+    def external_link(group: Any) -> None:
+        del group["kernel:0"]
+        group["kernel:0"] = h5py.ExternalLink(str(fifo), "/kernel")
+
+    def external_storage(group: Any) -> None:
+        del group["kernel:0"]
+        group.create_dataset("kernel:0", (3, 16), "f4", external=[(str(fifo), 0, 192)])
+
+    def huge_claim(group: Any) -> None:  # never written: the file stays small
+        del group["kernel:0"]
+        group.create_dataset("kernel:0", (3, 2**40), "f4")
+
+    def cycle(group: Any) -> None:  # a hard link to itself, walked 2000 times
+        group["loop"] = group
+        names = [
+            n.replace("cu_dnnlstm/kernel", "cu_dnnlstm/" + "loop/" * 2000 + "kernel")
+            for n in group.parent.attrs["weight_names"]
+        ]
+        group.parent.attrs["weight_names"] = names
+
+    return [
+        ("global heap loop", corrupted(h5_hostile.heap_loop)),
+        ("weight_names datatype that crashes HDF5", corrupted(h5_hostile.weight_names_segv)),
+        ("weight_names of character set 2", corrupted(h5_hostile.weight_names_encoding)),
+        ("kernel an external link to a FIFO", edited(external_link)),
+        ("kernel stored in a FIFO", edited(external_storage)),
+        ("kernel claiming 3 * 2**40 floats", edited(huge_claim)),
+        ("kernel's name through a 2000-deep link cycle", edited(cycle)),
+    ]
+
+
+FUZZERS["h5"] = fuzz_h5
+TYPED["h5"] = (keras_h5.KerasH5Error,)
 
 
 def limit_memory() -> None:

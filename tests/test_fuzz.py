@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAN = {"safetensors": (13, 1000), "tf1": (13, 1000), "onnx": (13, 600), "pt": (13, 300)}
 #: No file: the opaque layout discovery on random buffers, against a naive reference (~2 s).
 PLAN["discovery"] = (13, 300)
+#: Keras 2 .h5: every read starts a reader process (~0.1 s), so few cases (~7 s in all).
+PLAN["h5"] = (13, 24)
 
 
 @pytest.mark.parametrize("fmt", sorted(PLAN))

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +27,11 @@ from cudnn_rnn import convert
 from cudnn_rnn.cli import main
 from cudnn_rnn.formats.canonical import layer_canonical
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
+from tests import h5_hostile
 
 h5py = pytest.importorskip("h5py")
 
+from cudnn_rnn.formats import keras_h5  # noqa: E402
 from cudnn_rnn.formats.keras_h5 import (  # noqa: E402
     KerasH5Error,
     describe_keras_h5,
@@ -387,6 +393,194 @@ def test_fifo_refused_before_open(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(FileNotFoundError):
         from_keras_h5(FIXTURES / "no_such_file.h5")
+
+
+# -- files that make HDF5 loop, crash or raise: read in a separate process -------------------
+#
+# Made from the fixtures written by Keras by the corruptions of tests/h5_hostile.py and a few more
+# found by experiment; through the old in-process reader each one hung, killed or raised bare.
+
+
+def _corrupted(edit: Any, tmp_path: Path, name: str = "cudnn_weights.h5") -> Path:
+    data = bytearray((FIXTURES / name).read_bytes())
+    edit(data)
+    path = tmp_path / f"corrupt_{name}"
+    path.write_bytes(bytes(data))
+    return path
+
+
+#: Runs in a fresh interpreter: the calling process must survive, whatever HDF5 does.
+_SURVIVOR = """
+import contextlib, io, json, sys
+from cudnn_rnn import cli
+from cudnn_rnn.formats import keras_h5
+keras_h5.TIME_LIMIT_BASE = 0.5  # the CLI's limit, shortened so that a loop costs little
+report = {}
+for path in sys.argv[1:]:
+    try:
+        keras_h5.from_keras_h5(path, time_limit=0.5)
+        report[path] = {"api": ["no error", ""]}
+    except Exception as err:
+        report[path] = {"api": [type(err).__name__, str(err)]}
+    for command in (["inspect", path], ["convert", path, path + ".pt", "--layer", "cu_dnngru"]):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            code = cli.main(command)
+        report[path][command[0]] = [code, stderr.getvalue()]
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def survived(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What from_keras_h5 and the CLI did with each file, run in one child interpreter."""
+    folder = tmp_path_factory.mktemp("hdf5_killers")
+    paths = {
+        "heap-loop": _corrupted(h5_hostile.heap_loop, folder),
+        "weight-names-segv": _corrupted(h5_hostile.weight_names_segv, folder, "cudnn_model.h5"),
+    }
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-c", _SURVIVOR, *map(str, paths.values())]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"the calling process died ({proc.returncode}):\n{proc.stderr}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {case: {"path": str(p), **report[str(p)]} for case, p in paths.items()}
+
+
+@pytest.mark.parametrize(
+    ("case", "match"),
+    [
+        (
+            "heap-loop",
+            r"took longer than 0\.5 s, so the reader process was stopped \(a corrupt HDF5 file "
+            r"can make HDF5 loop forever\); if the file is sound .* pass a larger time_limit",
+        ),
+        (
+            "weight-names-segv",
+            r"HDF5 crashed reading it \(SIGSEGV in the reader process, which runs apart from "
+            r"yours\); the file is corrupt: re-save the model with Keras",
+        ),
+    ],
+)
+def test_hdf5_loop_or_crash_stays_in_the_reader_process(
+    survived: dict[str, dict[str, Any]], case: str, match: str
+) -> None:
+    outcome = survived[case]
+    path = outcome["path"]
+    kind, message = outcome["api"]
+    assert kind == "KerasH5Error" and message.startswith(f"from_keras_h5: {path!r}: "), message
+    assert re.search(match, message), message
+    for command in ("inspect", "convert"):
+        code, stderr = outcome[command]
+        assert code == 2 and stderr.count("\n") == 1, (command, code, stderr)
+        assert stderr.startswith("cudnn-rnn: error: from_keras_h5: ") and path in stderr
+        assert re.search(match, stderr), stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (
+            h5_hostile.weight_names_encoding,
+            r"is corrupt \(HDF5 failed on attribute 'weight_names' of '/cu_dnngru': TypeError: "
+            r"Unknown string encoding \(value 2\)\); re-save the model with Keras, or use an "
+            r"intact copy\.",
+        ),
+        (
+            lambda d: d.__setitem__(d.index(b"GCOL"), ord("X")),
+            r"is corrupt \(HDF5 failed on attribute 'layer_names' of '/': OSError: .*bad global "
+            r"heap collection signature",
+        ),
+        (
+            lambda d: d.__setitem__(d.index(b"SNOD") + 1, 0),
+            r"is corrupt \(HDF5 failed on object '/\w+': RuntimeError: .*bad symbol table node "
+            r"signature",
+        ),
+        (
+            # The class byte of a dataset's layout message, before its data's address.
+            lambda d: d.__setitem__(d.index(struct.pack("<Q", _data_offset())) - 1, 52),
+            r"is corrupt \(HDF5 failed on object '/cu_dnngru/cu_dnngru/bias:0': KeyError: "
+            r".*Invalid layout class",
+        ),
+        (
+            # h5py gives bytes that are not UTF-8 as surrogates, which no name lookup takes.
+            lambda d: d.__setitem__(d.index(b"cu_dnnlstm/kernel:0"), 0xFF),
+            r"layer 'cu_dnnlstm''s 'weight_names' is not UTF-8 text\.",
+        ),
+    ],
+    ids=["TypeError-encoding", "OSError", "RuntimeError", "KeyError", "UnicodeEncodeError"],
+)
+def test_hdf5_errors_become_keras_h5_errors(tmp_path: Path, edit: Any, match: str) -> None:
+    path = _corrupted(edit, tmp_path)
+    with pytest.raises(
+        KerasH5Error, match=rf"^from_keras_h5: {re.escape(repr(str(path)))}.*{match}"
+    ):
+        from_keras_h5(path)
+    with pytest.raises(KerasH5Error, match=match):
+        describe_keras_h5(path)
+
+
+def _data_offset() -> int:
+    """Where the values of cu_dnngru's bias start in the (intact, trusted) fixture."""
+    with h5py.File(FIXTURES / "cudnn_weights.h5", "r") as f:
+        return int(f["cu_dnngru/cu_dnngru/bias:0"].id.get_offset())
+
+
+@pytest.mark.parametrize(("bias", "dtype"), [(8, ">f4"), (4, ">f8")], ids=["CuDNNLSTM", "LSTM"])
+def test_big_endian_weights_read_as_keras_reads_them(tmp_path: Path, bias: int, dtype: str) -> None:
+    """HDF5 stores a dataset in either byte order; Keras's loader gets the values."""
+    weights = {k: v.astype(dtype[1:]) for k, v in _lstm(bias=bias).items()}
+    little = _weights_file(tmp_path / "little.h5", {"lstm": weights})
+    big = _weights_file(
+        tmp_path / "big.h5", {"lstm": {k: v.astype(dtype) for k, v in weights.items()}}
+    )
+    with h5py.File(big, "r") as f:
+        assert f["lstm/lstm/kernel:0"].dtype == np.dtype(dtype)  # really big-endian on disk
+    want = from_keras_h5(little, assume_cudnn_activations=True)["lstm"]
+    got = from_keras_h5(big, assume_cudnn_activations=True)["lstm"]
+    assert got.opaque_kernel.dtype == want.opaque_kernel.dtype
+    torch.testing.assert_close(got.opaque_kernel, want.opaque_kernel, rtol=0, atol=0)
+    x = torch.linspace(-1, 1, 5 * 2 * 2, dtype=want.opaque_kernel.dtype).reshape(5, 2, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(got(x)[0], want(x)[0], rtol=0, atol=0)
+    native = np.dtype(dtype[1:]).name
+    assert keras_h5_weights(big)["lstm/kernel:0"] == ((2, 12), native)
+
+
+def test_time_limit_checked() -> None:
+    path = FIXTURES / "cudnn_model.h5"
+    with pytest.raises(TypeError, match=r"time_limit must be a number of seconds or None, got str"):
+        from_keras_h5(path, time_limit="10")  # type: ignore[arg-type]
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"time_limit must be a positive, finite number"):
+            describe_keras_h5(path, time_limit=bad)
+    assert list(from_keras_h5(path, time_limit=60)) == ["cu_dnnlstm", "cu_dnngru"]
+
+
+def test_reader_process_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader process that exits with an error (here: its module is missing) is reported."""
+    monkeypatch.setattr(keras_h5, "_CHILD", "cudnn_rnn.formats.no_such_reader")
+    with pytest.raises(
+        KerasH5Error,
+        match=r"cudnn_model.h5': the reader process failed \(exit status 1: ImportError: No "
+        r"module named cudnn_rnn.formats.no_such_reader\)",
+    ):
+        keras_h5_weights(FIXTURES / "cudnn_model.h5")
+
+
+@pytest.mark.parametrize(
+    ("blob", "match"),
+    [
+        (b"\x05\0\0\0\0\0\0\0{bad}", r"malformed result \(JSONDecodeError: "),
+        (b"\xff\0\0\0\0\0\0\0{}", r"malformed result \(ValueError: 10 bytes, a document of 255\)"),
+        (b"\x02\0\0\0\0\0\0\0{}", r"malformed result \(KeyError: 'nodes'\)"),
+    ],
+)
+def test_malformed_reader_output_refused(blob: bytes, match: str) -> None:
+    with pytest.raises(
+        KerasH5Error, match=rf"^from_keras_h5: 'x.h5': the reader process sent a {match}"
+    ):
+        keras_h5._parse(bytearray(blob), "'x.h5'")
 
 
 # -- the command ------------------------------------------------------------------------------

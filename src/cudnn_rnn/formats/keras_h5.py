@@ -45,17 +45,33 @@ A file is checked before anything is built: it must be a regular file (a FIFO is
 is opened), its weights must have the names, ranks, dtypes and shapes its layers imply, they must
 live inside the file (no external or virtual datasets) and their bytes must fit in it. Problems
 with the file raise :class:`KerasH5Error`. ``h5py`` is an optional dependency
-(``pip install cudnn-rnn[h5]``), imported only when a file is read.
+(``pip install cudnn-rnn[h5]``).
+
+h5py never opens the file in this process: HDF5 trusts a file's bytes, and a corrupt one can
+make it loop forever or crash (SIGSEGV). A separate reader process (:mod:`._keras_h5_child`, a
+fresh Python importing only NumPy and h5py: about 0.1 s per call) reads the names, attributes,
+dataset descriptions and the RNN weights' values, in native byte order (a big-endian ``>f4``
+gives the values Keras's loader gives), under a time limit (``time_limit=``; by default
+``TIME_LIMIT_BASE`` plus ``TIME_LIMIT_PER_MIB`` per MiB of the file) and, on POSIX, an address
+space limit; it sends plain data back (JSON and raw array bytes, checked here), and the layers are
+built from that. A loop, a crash or any h5py error there becomes a :class:`KerasH5Error` naming
+the file and saying what happened.
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib.util
 import json
+import math
 import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,6 +82,7 @@ from cudnn_rnn import checkpoint
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.gate_blocks import BlockKey
 from cudnn_rnn.formats.keras import keras_blocks, layer_of_blocks
 from cudnn_rnn.layers import _CudnnRNN
@@ -86,27 +103,17 @@ _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _FLOAT_SIZES = (2, 4, 8)
 
 
-class KerasH5Error(ValueError):
+class KerasH5Error(CudnnRNNError, ValueError):
     """A file that is not a readable Keras 2 HDF5 model or weights file."""
-
-
-def _h5py() -> Any:
-    try:
-        import h5py
-    except ImportError as err:  # pragma: no cover - exercised only without h5py
-        raise ImportError(
-            f"{OWNER}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5])."
-        ) from err
-    return h5py
 
 
 @dataclass(frozen=True)
 class _Direction:
-    """One direction's weights, as datasets (nothing read yet)."""
+    """One direction's weights, as dataset descriptions."""
 
-    kernel: Any
-    recurrent: Any
-    bias: Any | None
+    kernel: _Dataset
+    recurrent: _Dataset
+    bias: _Dataset | None
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ def from_keras_h5(
     assume_cudnn_activations: bool = False,
     simple_rnn_activation: str | Mapping[str, str] = "tanh",
     layers: Sequence[str] | None = None,
+    time_limit: float | None = None,
 ) -> dict[str, _CudnnRNN]:
     """Our layers for the RNN layers of a Keras 2 ``.h5`` file: ``{Keras layer name: layer}`` in
     the model's order, one entry per Keras layer (a ``Bidirectional`` wrapper is one
@@ -167,26 +175,31 @@ def from_keras_h5(
     not built, nor refused for settings cuDNN cannot compute; the whole file is still checked).
     Our layers take time-major input by default: call them with
     ``time_major=False`` for Keras's batch-major data.
+
+    The file is read by a separate process (HDF5 can loop forever or crash on a corrupt file;
+    then that process is stopped, or dies, and a :class:`KerasH5Error` says so), which must
+    finish within ``time_limit`` seconds: by default ``TIME_LIMIT_BASE`` (30) plus
+    ``TIME_LIMIT_PER_MIB`` (0.1) per MiB of the file.
     """
     activations = _activations(simple_rnn_activation)
-    with _open(path) as (f, label, size):
-        found = _plans(f, label, assume_cudnn_activations, activations)
-        if layers is not None:
-            known = [p.name for p in found]
-            missing = [name for name in layers if name not in known]
-            if missing:
-                raise ValueError(
-                    f"{OWNER}: {label} has no RNN layer {missing[0]!r}; its RNN layers: "
-                    f"{known or 'none'}."
-                )
-            found = [p for p in found if p.name in layers]
-        plans = []
-        for p in found:
-            if isinstance(p, _Refused):
-                raise ValueError(p.reason)
-            plans.append(p)
-        _check_sizes(plans, label, size)
-        return {p.name: _build(p) for p in plans}
+    h5 = _read(path, True, time_limit)
+    found = _plans(h5, assume_cudnn_activations, activations)
+    if layers is not None:
+        known = [p.name for p in found]
+        missing = [name for name in layers if name not in known]
+        if missing:
+            raise ValueError(
+                f"{OWNER}: {h5.label} has no RNN layer {missing[0]!r}; its RNN layers: "
+                f"{known or 'none'}."
+            )
+        found = [p for p in found if p.name in layers]
+    plans = []
+    for p in found:
+        if isinstance(p, _Refused):
+            raise ValueError(p.reason)
+        plans.append(p)
+    _check_sizes(h5, plans)
+    return {p.name: _build(h5, p) for p in plans}
 
 
 def describe_keras_h5(
@@ -194,30 +207,34 @@ def describe_keras_h5(
     *,
     assume_cudnn_activations: bool = False,
     simple_rnn_activation: str | Mapping[str, str] = "tanh",
+    time_limit: float | None = None,
 ) -> list[dict[str, Any]]:
     """What each RNN layer of the file becomes (its ``layer`` name, Keras class, mode, units,
-    input size, direction) or, under ``"refused"``, why it cannot; no weight is read."""
+    input size, direction) or, under ``"refused"``, why it cannot; no weight is read. The file
+    is read by a separate process, as for :func:`from_keras_h5`."""
     activations = _activations(simple_rnn_activation)
-    with _open(path) as (f, label, _):
-        found = _plans(f, label, assume_cudnn_activations, activations)
-    return [p.config() for p in found]
+    h5 = _read(path, False, time_limit)
+    return [p.config() for p in _plans(h5, assume_cudnn_activations, activations)]
 
 
-def keras_h5_weights(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every weight of every layer (``layer/weight name``) with its shape and dtype; no data is
-    read."""
-    with _open(path) as (f, label, _):
-        root = _weights_root(f, label)
-        out = {}
-        for layer in _layer_names(root, label):
-            group = _group(root, layer, label)
-            for name in _weight_names(group, layer, label):
-                ds = _dataset(group, name, layer, label)
-                out[f"{layer}/{name}" if not name.startswith(f"{layer}/") else name] = (
-                    tuple(int(d) for d in ds.shape),
-                    str(ds.dtype),
-                )
-        return out
+def keras_h5_weights(
+    path: str | os.PathLike[str], *, time_limit: float | None = None
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every weight of every layer (``layer/weight name``) with its shape and dtype (in native
+    byte order: ``float32`` for a big-endian ``>f4``, as Keras reads it); no data is read. The
+    file is read by a separate process, as for :func:`from_keras_h5`."""
+    h5 = _read(path, False, time_limit)
+    root = _weights_root(h5)
+    out = {}
+    for layer in _layer_names(h5, root):
+        group = _group(h5, root, layer)
+        for name in _weight_names(h5, group, layer):
+            ds = _dataset(h5, group, name, layer)
+            out[f"{layer}/{name}" if not name.startswith(f"{layer}/") else name] = (
+                ds.shape,
+                ds.dtype,
+            )
+    return out
 
 
 def _activations(given: str | Mapping[str, str]) -> Mapping[str, str]:
@@ -235,14 +252,114 @@ def _activations(given: str | Mapping[str, str]) -> Mapping[str, str]:
     return defaultdict(lambda: default, table)
 
 
-# -- reading the file ------------------------------------------------------------------------
+# -- reading the file: in a child process ----------------------------------------------------
+#
+# HDF5 trusts the file's bytes: a corrupt global heap can make it loop forever and one wrong
+# byte in an attribute's datatype can crash it (SIGSEGV). So this process never opens the file
+# with h5py. ``_keras_h5_child`` (a script that imports only NumPy and h5py) reads the parts a
+# Keras reader looks at, in its own process under a time and a memory limit, and sends back
+# plain data; everything below checks that data and builds the layers from it.
+
+#: The reader process's time limit: this many seconds, plus ``TIME_LIMIT_PER_MIB`` per MiB of
+#: the file (30 s for a small file, about 2 minutes for 1 GiB); ``time_limit=`` overrides it.
+TIME_LIMIT_BASE = 30.0
+TIME_LIMIT_PER_MIB = 0.1
+_MIB = 1 << 20
+_CHILD = "cudnn_rnn.formats._keras_h5_child"
+_HEADER = 8
 
 
-@contextlib.contextmanager
-def _open(path: str | os.PathLike[str]) -> Iterator[tuple[Any, str, int]]:
-    """The open ``h5py.File``, the label errors start with and the file's size; every failure of
-    h5py while it is open becomes a KerasH5Error."""
-    h5py = _h5py()
+@dataclass(frozen=True)
+class _Failed:
+    """What h5py raised, in the reader process, on one part of the file."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class _Other:
+    """An attribute value that is not text or a list (its Python type's name), or an HDF5
+    object that is neither a group nor a dataset."""
+
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class _Dataset:
+    """A dataset's description, and its values (native byte order) if they were read."""
+
+    shape: tuple[int, ...]
+    kind: str
+    itemsize: int
+    dtype: str
+    virtual: bool
+    external: bool
+    values: np.ndarray | _Failed | None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+
+@dataclass(frozen=True)
+class _Link:
+    """A name in a group: its kind (``HardLink``, ``SoftLink``, ``ExternalLink``...) and, for a
+    hard link, the object it names."""
+
+    kind: str
+    target: _Node | None
+
+
+@dataclass
+class _Group:
+    """A group's Keras attributes (str, bytes, a list of them, _Other or _Failed) and the names
+    in it that were looked up (None: no such name)."""
+
+    attrs: dict[str, Any]
+    links: dict[str, _Link | _Failed | None] = field(default_factory=dict)
+
+
+_Node = _Group | _Dataset | _Other | _Failed
+
+
+@dataclass(frozen=True)
+class _File:
+    """What the reader process saw: the file's size, its root group, and the bytes the RNN
+    layers' datasets claim (their values are read only when that fits in the file)."""
+
+    label: str
+    size: int
+    claimed: int
+    root: _Node
+
+    def corrupt(self, failed: _Failed) -> KerasH5Error:
+        return KerasH5Error(
+            f"{OWNER}: {self.label} is corrupt (HDF5 failed on {failed.error}); re-save the "
+            "model with Keras, or use an intact copy."
+        )
+
+
+def _time_limit(given: float | None, size: int) -> float:
+    if given is None:
+        return TIME_LIMIT_BASE + TIME_LIMIT_PER_MIB * size / _MIB
+    if isinstance(given, bool) or not isinstance(given, (int, float)):
+        raise TypeError(
+            f"{OWNER}: time_limit must be a number of seconds or None, got {type(given).__name__}."
+        )
+    if not math.isfinite(given) or given <= 0:
+        raise ValueError(
+            f"{OWNER}: time_limit must be a positive, finite number of seconds, got {given!r}."
+        )
+    return float(given)
+
+
+def _read(path: str | os.PathLike[str], values: bool, time_limit: float | None) -> _File:
+    """The parts of the file a Keras reader looks at (and the RNN weights' values when
+    ``values``), read by the child process; any failure is a KerasH5Error naming the file."""
+    if importlib.util.find_spec("h5py") is None:  # pragma: no cover - exercised only without h5py
+        raise ImportError(
+            f"{OWNER}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5])."
+        )
     label = f"{os.fspath(path)!r}"
     try:
         raw = checkpoint.open_regular(path)  # a FIFO or device is refused before any open
@@ -250,22 +367,184 @@ def _open(path: str | os.PathLike[str]) -> Iterator[tuple[Any, str, int]]:
         raise KerasH5Error(f"{OWNER}: {label}: {err.problems[0]}") from err
     with raw:
         size = os.fstat(raw.fileno()).st_size
-        try:
-            f = h5py.File(raw, "r")
-        except Exception as err:  # h5py says "not an HDF5 file" in many ways
+    limit = _time_limit(time_limit, size)
+    # The most a sound file can make the child write (names and descriptions as JSON, values
+    # that fit in the file); more is refused, and the child cannot write more (RLIMIT_FSIZE).
+    output_limit = 4 * size + 64 * _MIB
+    request = {
+        "path": os.fspath(path),
+        "data": values,
+        "output_limit": output_limit,
+        "memory_headroom": 2 * size + 1024 * _MIB,
+    }
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errors:
+        code = _run_child(request, out, errors, limit, label)
+        if code != 0:
+            errors.seek(max(0, os.fstat(errors.fileno()).st_size - 4096))
+            raise _child_failure(code, errors.read().decode("utf-8", "replace"), label)
+        written = os.fstat(out.fileno()).st_size
+        if written > output_limit:
             raise KerasH5Error(
-                f"{OWNER}: {label} is not a readable HDF5 file ({type(err).__name__}: "
-                f"{_first_line(err)})."
-            ) from err
-        with f:
-            try:
-                yield f, label, size
-            except (KerasH5Error, ValueError, TypeError, ImportError):
-                raise
-            except (OSError, KeyError, RuntimeError, RecursionError) as err:
-                raise KerasH5Error(
-                    f"{OWNER}: {label} is corrupt ({type(err).__name__}: {_first_line(err)})."
-                ) from err
+                f"{OWNER}: {label}: the reader process sent {written} bytes, more than a file "
+                f"of {size} bytes can explain; refused."
+            )
+        out.seek(0)
+        blob = bytearray(written)
+        out.readinto(blob)
+    return _parse(blob, label)
+
+
+def _run_child(request: dict[str, Any], out: Any, err: Any, limit: float, label: str) -> int:
+    """Run the reader process; its exit status (negative: the signal that killed it)."""
+    if not sys.executable:  # pragma: no cover - an embedded Python with no interpreter path
+        raise RuntimeError(
+            f"{OWNER}: cannot start the process that reads {label}: sys.executable is empty."
+        )
+    # The child imports from this process's sys.path (the same h5py; the current directory
+    # only if this process looks there too) and loads no HDF5 filter plugin (Keras writes none).
+    paths = [p for p in sys.path if isinstance(p, str)]
+    boot = (
+        f"import sys; sys.path[:] = {paths!r}; import runpy; "
+        f"runpy.run_module({_CHILD!r}, run_name='__main__', alter_sys=True)"
+    )
+    env = dict(os.environ, HDF5_PLUGIN_PRELOAD="::", OMP_NUM_THREADS="1")
+    env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot, json.dumps(request)],
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=err,
+        env=env,
+    )
+    try:
+        return _wait(proc, limit)
+    except subprocess.TimeoutExpired:
+        raise KerasH5Error(
+            f"{OWNER}: {label}: reading it took longer than {limit:.1f} s, so the reader process "
+            "was stopped (a corrupt HDF5 file can make HDF5 loop forever); if the file is sound "
+            "but slow to read, pass a larger time_limit."
+        ) from None
+    finally:
+        if proc.poll() is None:  # the time limit, or an interrupt while waiting
+            proc.kill()
+            proc.wait()
+
+
+def _wait(proc: subprocess.Popen[bytes], limit: float) -> int:
+    """``proc.wait(timeout=limit)``, waking the moment the process ends where Linux gives a
+    process file descriptor (``Popen.wait`` polls, up to 50 ms late)."""
+    try:
+        fd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        return proc.wait(timeout=limit)
+    try:
+        poller = select.poll()  # not select.select: a descriptor may be above FD_SETSIZE
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(math.ceil(limit * 1000)):
+            raise subprocess.TimeoutExpired(proc.args, limit)
+    finally:
+        os.close(fd)
+    return proc.wait()
+
+
+def _child_failure(code: int, stderr: str, label: str) -> Exception:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    last = lines[-1].strip()[:300] if lines else "no message"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return KerasH5Error(
+            f"{OWNER}: {label}: HDF5 crashed reading it ({name} in the reader process, which "
+            "runs apart from yours); the file is corrupt: re-save the model with Keras, or use "
+            "an intact copy."
+        )
+    if "ModuleNotFoundError" in last and "h5py" in last:
+        return ImportError(
+            f"{OWNER}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5]); the "
+            f"reader process for {label} could not import it ({last})."
+        )
+    return KerasH5Error(
+        f"{OWNER}: {label}: the reader process failed (exit status {code}: {last}); the file "
+        "is corrupt or hostile."
+    )
+
+
+def _parse(blob: bytearray, label: str) -> _File:
+    """The child's output as checked objects (a malformed one is a KerasH5Error)."""
+    try:
+        length = int.from_bytes(blob[:_HEADER], "little")
+        if len(blob) < _HEADER or length > len(blob) - _HEADER:
+            raise ValueError(f"{len(blob)} bytes, a document of {length}")
+        doc = json.loads(blob[_HEADER : _HEADER + length].decode("utf-8"))
+        if "open_error" in doc:
+            raise KerasH5Error(
+                f"{OWNER}: {label} is not a readable HDF5 file ({doc['open_error']})."
+            )
+        payload = memoryview(blob)[_HEADER + length :]
+        raw_nodes = doc["nodes"]
+        nodes = [_node(raw, payload) for raw in raw_nodes]
+        for raw, node in zip(raw_nodes, nodes):
+            if isinstance(node, _Group):
+                node.links.update(
+                    (str(name), _link(link, nodes)) for name, link in raw["links"].items()
+                )
+        return _File(label, int(doc["size"]), int(doc["claimed"]), nodes[int(doc["root"])])
+    except KerasH5Error:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:
+        raise KerasH5Error(
+            f"{OWNER}: {label}: the reader process sent a malformed result "
+            f"({type(err).__name__}: {_first_line(err)})."
+        ) from err
+
+
+def _node(raw: dict[str, Any], payload: memoryview) -> _Node:
+    if "error" in raw:
+        return _Failed(str(raw["error"]))
+    if raw["type"] == "group":
+        return _Group({str(k): _attr(v) for k, v in raw["attrs"].items()})
+    if raw["type"] != "dataset":
+        return _Other(str(raw["type"]))
+    shape = tuple(int(d) for d in raw["shape"])
+    kind, itemsize = str(raw["kind"]), int(raw["itemsize"])
+    values: np.ndarray | _Failed | None = None
+    if "data_error" in raw:
+        values = _Failed(str(raw["data_error"]))
+    elif "data" in raw:
+        offset, nbytes = (int(v) for v in raw["data"])
+        if kind != "f" or itemsize not in _FLOAT_SIZES or nbytes != math.prod(shape) * itemsize:
+            raise ValueError(f"values of {nbytes} bytes for {kind}{itemsize} {list(shape)}")
+        if offset < 0 or offset + nbytes > len(payload):
+            raise ValueError(f"values at {offset}..{offset + nbytes} of {len(payload)} bytes")
+        dtype = np.dtype(f"f{itemsize}")  # native byte order, as the child wrote them
+        values = np.frombuffer(payload, dtype, nbytes // itemsize, offset).reshape(shape)
+    virtual, external = bool(raw["virtual"]), bool(raw["external"])
+    return _Dataset(shape, kind, itemsize, str(raw["dtype"]), virtual, external, values)
+
+
+def _attr(raw: dict[str, Any]) -> Any:
+    """An attribute value: str, bytes, a list of them, _Other or _Failed."""
+    if "s" in raw:
+        return str(raw["s"])
+    if "b" in raw:
+        return str(raw["b"]).encode("latin-1")
+    if "list" in raw:
+        return [_attr(v) if ("s" in v or "b" in v) else _Other(str(v["type"])) for v in raw["list"]]
+    if "array" in raw:
+        return _Other(f"{int(raw['array'])}-D array")
+    if "error" in raw:
+        return _Failed(str(raw["error"]))
+    return _Other(str(raw["type"]))
+
+
+def _link(raw: dict[str, Any], nodes: list[_Node]) -> _Link | _Failed | None:
+    if "error" in raw:
+        return _Failed(str(raw["error"]))
+    if raw["kind"] is None:
+        return None
+    return _Link(str(raw["kind"]), nodes[int(raw["node"])] if "node" in raw else None)
 
 
 def _first_line(err: BaseException) -> str:
@@ -280,76 +559,103 @@ def _text(value: Any, what: str, label: str) -> str:
         except UnicodeDecodeError as err:
             raise KerasH5Error(f"{OWNER}: {label}: {what} is not UTF-8 text.") from err
     if isinstance(value, str):
+        try:  # h5py keeps bytes that are not UTF-8 as surrogates
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise KerasH5Error(f"{OWNER}: {label}: {what} is not UTF-8 text.") from err
         return value
-    raise KerasH5Error(f"{OWNER}: {label}: {what} is a {type(value).__name__}, not text.")
+    name = value.name if isinstance(value, _Other) else type(value).__name__
+    raise KerasH5Error(f"{OWNER}: {label}: {what} is a {name}, not text.")
 
 
-def _names(attrs: Any, key: str, what: str, label: str) -> list[str]:
-    if key not in attrs:
-        raise KerasH5Error(f"{OWNER}: {label}: {what} has no {key!r} attribute.")
-    values = attrs[key]
-    if not isinstance(values, np.ndarray) or values.ndim != 1:
-        raise KerasH5Error(f"{OWNER}: {label}: {what}'s {key!r} is not a list of names.")
-    return [_text(v, f"{what}'s {key!r}", label) for v in values.tolist()]
+_MISSING = _Other("missing")
 
 
-def _weights_root(f: Any, label: str) -> Any:
+def _attribute(h5: _File, node: _Node, key: str) -> Any:
+    """``node.attrs[key]``, or _MISSING."""
+    if not isinstance(node, _Group):
+        return _MISSING
+    value = node.attrs.get(key, _MISSING)
+    if isinstance(value, _Failed):
+        raise h5.corrupt(value)
+    return value
+
+
+def _names(h5: _File, node: _Node, key: str, what: str) -> list[str]:
+    values = _attribute(h5, node, key)
+    if values is _MISSING:
+        raise KerasH5Error(f"{OWNER}: {h5.label}: {what} has no {key!r} attribute.")
+    if not isinstance(values, list):
+        raise KerasH5Error(f"{OWNER}: {h5.label}: {what}'s {key!r} is not a list of names.")
+    return [_text(v, f"{what}'s {key!r}", h5.label) for v in values]
+
+
+def _weights_root(h5: _File) -> _Node:
     """The group holding one subgroup per layer: ``model_weights`` of a whole-model file, the
     file itself for weights only."""
-    root = _child(f, "model_weights", label) if "model_weights" in f else f
-    if "layer_names" not in root.attrs:
+    inner = _child(h5, h5.root, "model_weights")
+    root = h5.root if inner is None else inner
+    if _attribute(h5, root, "layer_names") is _MISSING:
         raise KerasH5Error(
-            f"{OWNER}: {label} is not a Keras 2 model or weights file (no 'layer_names'); a "
+            f"{OWNER}: {h5.label} is not a Keras 2 model or weights file (no 'layer_names'); a "
             "Keras 3 .weights.h5 or .keras file: load it in Keras 3 and use "
             "cudnn_rnn.convert.from_keras."
         )
     return root
 
 
-def _layer_names(root: Any, label: str) -> list[str]:
-    return _names(root.attrs, "layer_names", "the weights group", label)
+def _layer_names(h5: _File, root: _Node) -> list[str]:
+    return _names(h5, root, "layer_names", "the weights group")
 
 
-def _child(parent: Any, path: str, label: str) -> Any:
+def _child(h5: _File, parent: _Node, path: str) -> _Node | None:
     """``parent[path]`` through hard links only, or None: a soft or external link could name
-    another file (a FIFO, a device), and nothing outside this file is ever opened."""
+    another file (a FIFO, a device), and nothing outside this file is ever opened (the reader
+    process never follows one either)."""
     node = parent
     for part in (p for p in path.split("/") if p):
-        if not hasattr(node, "get") or hasattr(node, "shape"):
+        if isinstance(node, _Failed):
+            raise h5.corrupt(node)
+        if not isinstance(node, _Group):
             return None
-        link = node.get(part, getlink=True)
+        link = node.links.get(part)
         if link is None:
             return None
-        if type(link).__name__ != "HardLink":
+        if isinstance(link, _Failed):
+            raise h5.corrupt(link)
+        if link.kind != "HardLink" or link.target is None:
             raise KerasH5Error(
-                f"{OWNER}: {label}: {path!r} is a {type(link).__name__}; only objects stored in "
-                "the file are read."
+                f"{OWNER}: {h5.label}: {path!r} is a {link.kind}; only objects stored in the "
+                "file are read."
             )
-        node = node[part]
+        node = link.target
+    if isinstance(node, _Failed):
+        raise h5.corrupt(node)
     return node
 
 
-def _group(root: Any, layer: str, label: str) -> Any:
-    group = _child(root, layer, label)
-    if group is None or not hasattr(group, "attrs") or hasattr(group, "shape"):
-        raise KerasH5Error(f"{OWNER}: {label}: layer {layer!r} has no weights group.")
+def _group(h5: _File, root: _Node, layer: str) -> _Group:
+    group = _child(h5, root, layer)
+    if not isinstance(group, _Group):
+        raise KerasH5Error(f"{OWNER}: {h5.label}: layer {layer!r} has no weights group.")
     return group
 
 
-def _weight_names(group: Any, layer: str, label: str) -> list[str]:
-    return _names(group.attrs, "weight_names", f"layer {layer!r}", label)
+def _weight_names(h5: _File, group: _Group, layer: str) -> list[str]:
+    return _names(h5, group, "weight_names", f"layer {layer!r}")
 
 
-def _dataset(group: Any, name: str, layer: str, label: str) -> Any:
-    ds = _child(group, name, label)
-    if ds is None or not hasattr(ds, "shape") or not hasattr(ds, "dtype"):
+def _dataset(h5: _File, group: _Group, name: str, layer: str) -> _Dataset:
+    ds = _child(h5, group, name)
+    label = h5.label
+    if not isinstance(ds, _Dataset):
         raise KerasH5Error(f"{OWNER}: {label}: layer {layer!r} has no dataset {name!r}.")
-    if ds.dtype.kind != "f" or ds.dtype.itemsize not in _FLOAT_SIZES:
+    if ds.kind != "f" or ds.itemsize not in _FLOAT_SIZES:
         raise KerasH5Error(
             f"{OWNER}: {label}: {name!r} of layer {layer!r} has dtype {ds.dtype}, expected "
             "float16, float32 or float64."
         )
-    if ds.is_virtual or getattr(ds, "external", None):
+    if ds.virtual or ds.external:
         # HDF5 can point a dataset at other files: nothing outside this file is ever read.
         raise KerasH5Error(
             f"{OWNER}: {label}: {name!r} of layer {layer!r} stores its data outside the file "
@@ -358,11 +664,13 @@ def _dataset(group: Any, name: str, layer: str, label: str) -> Any:
     return ds
 
 
-def _config_layers(f: Any, label: str) -> list[dict[str, Any]] | None:
+def _config_layers(h5: _File) -> list[dict[str, Any]] | None:
     """The model's layer configs (``class_name``, ``config``), or None for a weights-only file."""
-    if "model_config" not in f.attrs:
+    label = h5.label
+    value = _attribute(h5, h5.root, "model_config")
+    if value is _MISSING:
         return None
-    text = _text(f.attrs["model_config"], "model_config", label)
+    text = _text(value, "model_config", label)
     try:
         config = json.loads(text)
     except (ValueError, RecursionError) as err:
@@ -394,13 +702,11 @@ def _activation_name(value: Any) -> Any:
 # -- what each layer becomes -----------------------------------------------------------------
 
 
-def _plans(
-    f: Any, label: str, assume: bool, simple_activation: Mapping[str, str]
-) -> list[_Plan | _Refused]:
+def _plans(h5: _File, assume: bool, simple_activation: Mapping[str, str]) -> list[_Plan | _Refused]:
     """The RNN layers in the model's order: what each becomes, or why it cannot."""
-    root = _weights_root(f, label)
-    names = _layer_names(root, label)
-    configs = _config_layers(f, label)
+    root = _weights_root(h5)
+    names = _layer_names(h5, root)
+    configs = _config_layers(h5)
     plans: list[_Plan | _Refused] = []
     candidates: list[tuple[str, dict[str, Any] | None]] = (
         [(name, None) for name in names]
@@ -409,7 +715,7 @@ def _plans(
     )
     for name, entry in candidates:
         try:
-            plan = _plan(root, name, entry, names, label, assume, simple_activation)
+            plan = _plan(h5, root, name, entry, names, assume, simple_activation)
         except KerasH5Error:
             raise
         except ValueError as err:
@@ -421,17 +727,17 @@ def _plans(
 
 
 def _plan(
-    root: Any,
+    h5: _File,
+    root: _Node,
     name: str,
     entry: dict[str, Any] | None,
     names: list[str],
-    label: str,
     assume: bool,
     simple_activation: Mapping[str, str],
 ) -> _Plan | None:
     """What layer ``name`` becomes; None for a layer that is not an RNN. ValueError for an RNN
     cuDNN cannot compute, KerasH5Error for weights that do not fit."""
-    where = f"{OWNER}: {label}: layer {name!r}"
+    where = f"{OWNER}: {h5.label}: layer {name!r}"
     if entry is not None:
         cls = entry.get("class_name")
         if cls in _MODEL_CLASSES:
@@ -445,10 +751,10 @@ def _plan(
             return None
         if name not in names:
             raise KerasH5Error(f"{where} ({cls}) has no weights in the file.")
-    elif name not in names or not _looks_recurrent(root, name, label):
+    elif name not in names or not _looks_recurrent(h5, root, name):
         return None
-    group = _group(root, name, label)
-    directions = _read_directions(group, name, label)
+    group = _group(h5, root, name)
+    directions = _read_directions(h5, group, name)
     if entry is None:
         return _plan_from_shapes(name, directions, where, assume, simple_activation[name])
     return _plan_from_config(name, entry, directions, where)
@@ -476,9 +782,9 @@ def _has_rnn(entry: Any) -> bool:
     return False
 
 
-def _looks_recurrent(root: Any, name: str, label: str) -> bool:
-    group = _group(root, name, label)
-    return any(_base(w) == "recurrent_kernel" for w in _weight_names(group, name, label))
+def _looks_recurrent(h5: _File, root: _Node, name: str) -> bool:
+    group = _group(h5, root, name)
+    return any(_base(w) == "recurrent_kernel" for w in _weight_names(h5, group, name))
 
 
 def _base(weight_name: str) -> str:
@@ -486,10 +792,10 @@ def _base(weight_name: str) -> str:
     return weight_name.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
-def _read_directions(group: Any, layer: str, label: str) -> tuple[_Direction, ...]:
+def _read_directions(h5: _File, group: _Group, layer: str) -> tuple[_Direction, ...]:
     """One or two (kernel, recurrent_kernel[, bias]) triples, in the order of weight_names."""
-    where = f"{OWNER}: {label}: layer {layer!r}"
-    names = _weight_names(group, layer, label)
+    where = f"{OWNER}: {h5.label}: layer {layer!r}"
+    names = _weight_names(h5, group, layer)
     runs: list[list[str]] = []
     for w in names:
         if _base(w) == "kernel":
@@ -509,7 +815,7 @@ def _read_directions(group: Any, layer: str, label: str) -> tuple[_Direction, ..
                 f"{where}: weights {bases}, expected kernel, recurrent_kernel and bias (or no "
                 "bias)."
             )
-        ds = [_dataset(group, w, layer, label) for w in run]
+        ds = [_dataset(h5, group, w, layer) for w in run]
         out.append(_Direction(ds[0], ds[1], ds[2] if len(ds) == 3 else None))
     return tuple(out)
 
@@ -521,7 +827,7 @@ def _shape_family(
     by the shapes, which must agree across directions."""
     found = set()
     for d in directions:
-        k, r = tuple(d.kernel.shape), tuple(d.recurrent.shape)
+        k, r = d.kernel.shape, d.recurrent.shape
         if len(k) != 2 or len(r) != 2 or r[0] < 1 or k[0] < 1 or k[1] != r[1] or r[1] % r[0]:
             raise KerasH5Error(
                 f"{where}: kernel {list(k)} and recurrent_kernel {list(r)} are not [in, G*H] "
@@ -533,7 +839,7 @@ def _shape_family(
                 f"{where}: recurrent_kernel {list(r)} holds {gates} gates; LSTM has 4, GRU 3, "
                 "SimpleRNN 1."
             )
-        b = None if d.bias is None else tuple(d.bias.shape)
+        b = None if d.bias is None else d.bias.shape
         cudnn: bool | None = None
         variant = None
         if b is None:
@@ -691,29 +997,39 @@ def _mode_of_config(
 # -- building --------------------------------------------------------------------------------
 
 
-def _check_sizes(plans: list[_Plan], label: str, size: int) -> None:
-    """Nothing is read before the bytes the weights claim are known to fit in the file (Keras
-    stores them uncompressed), so a hostile shape cannot make us allocate."""
+def _check_sizes(h5: _File, plans: list[_Plan]) -> None:
+    """Nothing was read unless the bytes the weights claim fit in the file (Keras stores them
+    uncompressed), so a hostile shape cannot make either process allocate."""
     claimed = sum(
-        int(ds.nbytes)
+        ds.nbytes
         for p in plans
         for d in p.directions
         for ds in (d.kernel, d.recurrent, d.bias)
         if ds is not None
     )
-    if claimed > size:
+    # The reader process read no values if all the RNN layers' weights together did not fit.
+    claimed = max(claimed, h5.claimed)
+    if claimed > h5.size:
         raise KerasH5Error(
-            f"{OWNER}: {label}: its RNN weights claim {claimed} bytes but the file has {size}; "
-            "it is truncated or corrupt."
+            f"{OWNER}: {h5.label}: its RNN weights claim {claimed} bytes but the file has "
+            f"{h5.size}; it is truncated or corrupt."
         )
 
 
-def _build(plan: _Plan) -> _CudnnRNN:
+def _values(h5: _File, ds: _Dataset) -> np.ndarray:
+    if isinstance(ds.values, _Failed):
+        raise h5.corrupt(ds.values)
+    if ds.values is None:  # pragma: no cover - read for every RNN layer whose weights fit
+        raise KerasH5Error(f"{OWNER}: {h5.label}: the reader process sent no values to build.")
+    return ds.values
+
+
+def _build(h5: _File, plan: _Plan) -> _CudnnRNN:
     blocks: dict[BlockKey, Tensor] = {}
     for d, direction in enumerate(plan.directions):
-        kernel = np.asarray(direction.kernel[()])
-        recurrent = np.asarray(direction.recurrent[()])
-        bias = None if direction.bias is None else np.asarray(direction.bias[()])
+        kernel = _values(h5, direction.kernel)
+        recurrent = _values(h5, direction.recurrent)
+        bias = None if direction.bias is None else _values(h5, direction.bias)
         if plan.cudnn and bias is not None:  # a CuDNN layer always has a bias (checked)
             made = _cudnn_blocks(kernel, recurrent, bias, plan.mode)
         else:
