@@ -21,9 +21,12 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)
 
 install: $(VENV)/.installed
 
+# The package, its tests, and the scripts beside it (the benchmark suite, the GPU check, the demo).
+LINTED := src tests benchmarks tools examples
+
 lint: install
-	$(VENV)/bin/ruff check src tests tools
-	$(VENV)/bin/ruff format --check src tests tools
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -33,27 +36,30 @@ pytest: install
 
 test: lint typecheck pytest
 
-# The benchmark suite (about 12 to 20 minutes on 2 cores; not part of `make test`): writes
-# docs/benchmarks.{md,json,png}.
+# The benchmark suite, benchmarks/suite.py (about 12 to 20 minutes on 2 cores; not part of
+# `make test`): writes docs/benchmarks.{md,json,png}. To time a model of your own instead:
+# cudnn-rnn bench MODEL.
 bench: install
 	$(PIP) install --quiet -e '.[bench]'
-	$(PY) -m cudnn_rnn.bench --out docs
+	$(PY) benchmarks/suite.py --out docs
 
 # Everything that needs CUDA (the cuda-marked tests, opcheck, torch.compile, a short benchmark
-# against torch.nn's cuDNN), written into docs/gpu.md; without CUDA it says so and changes nothing.
+# against torch.nn's cuDNN), written into docs/gpu.md by tools/gpu_check.py; without CUDA it says
+# so and changes nothing.
 gpu-check: install
-	$(PY) -m cudnn_rnn.gpu_check --out docs
+	$(PY) tools/gpu_check.py --out docs
 
 # The native engine built with AddressSanitizer and UBSan, and every native test run under them
 # (about two minutes; `make test` runs a quick subset in tests/test_sanitize.py).
 sanitize: install
 	$(PY) tools/sanitize.py
 
-# Trains, saves, restores and verifies a small CudnnLSTM model (about two minutes on 2 CPU
-# cores); options pass through DEMO_ARGS, e.g. make demo DEMO_ARGS="--steps 100 --nproc 2".
+# examples/demo.py: trains, saves, restores and verifies a small CudnnLSTM model (about two
+# minutes on 2 CPU cores); options pass through DEMO_ARGS, e.g. make demo DEMO_ARGS="--steps 100
+# --nproc 2" (--nproc N runs it under torchrun).
 demo: $(VENV)/.installed
 	$(PIP) install --quiet -e '.[plot]'
-	$(VENV)/bin/cudnn-rnn demo $(DEMO_ARGS)
+	$(PY) examples/demo.py $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/cudnn_rnn/*.so .pytest_cache .mypy_cache .ruff_cache

@@ -25,9 +25,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudnn_rnn import atomic, checkpoint, cli, convert, demo
+from cudnn_rnn import atomic, checkpoint, cli, convert
 from cudnn_rnn.formats import tf1_bundle
 from cudnn_rnn.layers import CudnnLSTM
+from examples import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 POSIX = pytest.mark.skipif(os.name != "posix", reason="POSIX permissions, fork and signals")

@@ -1,8 +1,12 @@
-"""The benchmark suite's arithmetic and report (timings themselves are never asserted)."""
+"""cudnn_rnn.bench: timing a model against its peers (``cudnn-rnn bench``; the suite builds on it).
+
+Timings themselves are never asserted; what is checked is what runs, on which weights and inputs,
+how outputs are compared, and what the notes say.
+"""
 
 from __future__ import annotations
 
-import json
+import argparse
 import re
 import time
 from pathlib import Path
@@ -12,101 +16,19 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import bench
-from cudnn_rnn.bench import Row, Shape
+from cudnn_rnn import bench, convert
 
-BY_NAME = {s.name: s for s in bench.SHAPES}
-
-
-def test_flops_match_the_hand_count() -> None:
-    # 2 FLOPs per multiply-add; LSTM has 4 gates, each [H, in + H] per step and sequence.
-    assert BY_NAME["lstm-100x64x512"].forward_flops() == 2 * 4 * 512 * 1024 * 100 * 64
-    # skip_input: no input matrix, only the recurrent one.
-    assert BY_NAME["tanh-skip-50x16x1760"].forward_flops() == 2 * 1760 * 1760 * 50 * 16
-    assert BY_NAME["tanh-linear-50x16x1760"].forward_flops() == 2 * 1760 * 3520 * 50 * 16
-    # 3 bidirectional layers: layer 0 reads 256 inputs, the others 2 * 256.
-    per_step = 2 * 4 * 256 * ((256 + 256) + 2 * (512 + 256))
-    assert BY_NAME["lstm-3bi-100x32x256"].forward_flops() == 2 * per_step * 100 * 32
-    varlen = BY_NAME["lstm-2bi-varlen-100x32x256"]
-    lengths = varlen.lengths()
-    assert lengths is not None and len(lengths) == 32
-    assert max(lengths) == 100 and min(lengths) == 50
-    per_step = 2 * 4 * 256 * ((256 + 256) + (512 + 256))
-    assert varlen.forward_flops() == 2 * per_step * sum(lengths)
-
-
-def test_a_stream_counts_the_valid_steps_of_every_batch() -> None:
-    stream = BY_NAME["gru-2-stream-16x256"]
-    lengths = stream.batch_lengths()
-    assert len(lengths) == 40 and lengths == stream.batch_lengths()  # seeded
-    flat = [n for batch in lengths if batch is not None for n in batch]
-    assert len(flat) == 40 * 16 and min(flat) >= 20 and max(flat) <= 100
-    assert len(set(flat)) > 20  # drawn, not one length
-    per_step = 2 * 3 * 256 * ((256 + 256) + (256 + 256))
-    assert stream.forward_flops() == per_step * sum(flat)
-    # Each batch is padded to its own longest sequence.
-    batches = bench._batches(stream)
-    assert [x.shape[0] for x, _ in batches] == [max(b or []) for b in lengths]
-    assert all(n is not None and n.dtype == np.int32 for _, n in batches)
-
-
-def test_the_recurrent_weights_of_a_step() -> None:
-    shape = BY_NAME["lstm-2-25x1x256"]
-    assert shape.recurrent_matrix() == (4 * 256, 256)
-    assert shape.recurrent_bytes() == 2 * 4 * 256 * 256 * 4
-    assert BY_NAME["gru-serve-25x1x512"].recurrent_bytes() == 3 * 512 * 512 * 4
-
-
-def test_the_issue_shapes_are_all_there() -> None:
-    def labels(group: str) -> list[str]:
-        return [s.label for s in bench.SHAPES if s.group == group and s.inference]
-
-    assert labels("issue") == [
-        "lstm (25, 1, 256, 256, 2, uni)",
-        "gru (25, 1, 256, 256, 2, uni)",
-        "lstm (100, 16, 256, 256, 1, uni)",
-        "gru (100, 16, 512, 512, 1, uni)",
-        "rnn-tanh (50, 16, 1024, 1024, 1, uni)",
-    ]
-    assert labels("large") == [
-        "lstm (100, 64, 512, 512, 1, uni)",
-        "lstm (50, 64, 500, 500, 1, uni)",
-        "gru (100, 32, 1024, 1024, 1, uni)",
-        "lstm (100, 32, 256, 256, 3, bi)",
-        "rnn-tanh (50, 16, 1760, 1760, 1, uni) skip_input",
-        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
-        "lstm (100, 32, 256, 256, 2, bi) lengths 50-100",
-    ]
-    serving = [s for s in bench.SHAPES if s.group == "serving"]
-    assert {(s.mode, s.batch, s.units) for s in serving} == {
-        (mode, b, h)
-        for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
-        for b in (1, 4, 16, 64)
-        for h in (256, 512)
-    }
-    assert all(
-        (s.steps, s.layers, s.input_size, s.training) == (25, 1, s.units, False) for s in serving
-    )
-    assert labels("stream") == [
-        "gru (<=100, 16, 256, 256, 2, uni) stream of 40 batches, lengths 20-100"
-    ]
-    training = {s.label for s in bench.SHAPES if s.training}
-    assert training >= {
-        "gru (100, 32, 1024, 1024, 1, uni)",
-        "lstm (100, 64, 512, 512, 1, uni)",
-        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
-        "rnn-relu (50, 16, 1760, 1760, 1, uni)",
-        "lstm (25, 1, 256, 256, 2, uni)",
-    }
-    assert len({s.name for s in bench.SHAPES}) == len(bench.SHAPES)
-
-
-def test_serving_rows_are_timed_lighter() -> None:
-    timing = bench.Timing(5, 0.2, 1.0)
-    assert timing.for_shape(BY_NAME["lstm-serve-25x1x256"]) == bench.Timing(3, 0.1, 0.5)
-    assert timing.for_shape(BY_NAME["lstm-100x64x512"]) == timing
-    tiny = bench.Timing(1, 0.02, 0.0)
-    assert tiny.lighter() == bench.Timing(1, 0.01, 0.0)
+TINY = bench.Timing(repeats=1, block=0.001, warmup=0.0)
+pytestmark = [
+    pytest.mark.filterwarnings(
+        "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
+    ),
+    # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's
+    # __array__ (as in tests/test_convert_keras.py).
+    pytest.mark.filterwarnings(
+        "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+    ),
+]
 
 
 def test_alternating_timer_measures_each_function() -> None:
@@ -123,190 +45,6 @@ def test_alternating_timer_measures_each_function() -> None:
     assert 0.006 <= times["long"] < 0.0095
 
 
-def test_best_time_is_the_shortest_call() -> None:
-    pauses = iter([0.02, 0.001, 0.005, 0.001, 0.003, 0.004] + [0.002] * 100)
-    best = bench.best_time(lambda: time.sleep(next(pauses)), seconds=0.0, calls=5)
-    assert 0.001 <= best < 0.0029  # the first (0.02) is untimed
-
-
-def test_the_matmul_peak_is_the_best_over_sizes_and_engines() -> None:
-    peak, engine = bench.matmul_peak(sizes=((64, 32, 16), (96, 96, 96)))
-    assert peak > 0
-    products = ("(64, 32) @ (32, 16)", "(96, 96) @ (96, 96)")
-    engines = ("torch.matmul", "onnxruntime MatMul")
-    assert engine in {f"{e} {p}" for e in engines for p in products}
-
-
-def test_cache_bandwidth_is_a_rate() -> None:
-    assert bench.cache_bandwidth(64, 16) > 1e6  # bytes/s; any machine reads 4 KiB faster
-
-
-def test_runtime_outputs_are_compared_over_the_valid_steps_only() -> None:
-    want = np.zeros((3, 2, 1), np.float32)
-    got = want.copy()
-    got[2, 1] = 5.0  # past sequence 1's length
-    got[0, 0] = 1e-3
-    diff, padding = bench._compare(got, want, np.array([3, 2], np.int32))
-    assert diff == pytest.approx(1e-3) and padding == 5.0
-    assert bench._compare(got, want, None) == (5.0, 0.0)
-
-
-def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
-    pytest.importorskip("onnxruntime")
-    shape = Shape("lstm-test", "lstm", 6, 2, 5, 4, 2)
-    varlen = Shape("gru-test", "gru", 6, 3, 4, 4, 1, True, varlen=2, training=False)
-    single = Shape("tanh-test", "rnn_tanh", 4, 1, 4, 4, group="serving", training=False)
-    stream = Shape(
-        "gru-test-stream", "gru", 6, 3, 4, 4, 2, varlen=2, stream=3, group="stream", training=False
-    )
-    rows, dyn = bench.run(
-        [shape, varlen, single, stream],
-        out=tmp_path,
-        repeats=1,
-        block=0.001,
-        memory=True,
-        dynamic=shape,
-        warmup=0.01,
-        peak_sizes=((64, 64, 64),),
-        log=lambda _: None,
-    )
-    record = json.loads((tmp_path / "benchmarks.json").read_text())
-    md = (tmp_path / "benchmarks.md").read_text()
-    assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    first = record["rows"][0]
-    assert set(first["inference"]) >= {bench.OURS, bench.TORCH_NN, bench.ORT_OURS, bench.ORT_TORCH}
-    assert set(first["training"]) == {bench.OURS, bench.TORCH_NN}
-    # OpenVINO ran on our export, or the notes say it is not installed.
-    openvino = bench._installed("openvino")
-    for row in record["rows"]:
-        assert (bench.OPENVINO in row["inference"]) == openvino
-    assert openvino or "openvino not installed (pip install openvino)" in md
-    # The runtimes compute what we compute (over the valid steps).
-    for row in record["rows"]:
-        assert row["max_abs_diff"] and max(row["max_abs_diff"].values()) < 1e-4
-        assert "differs from ours" not in md
-    # The report's ratios and rates are the JSON's times divided.
-    inf = first["inference"]
-    peers = {k: v for k, v in inf.items() if k in bench.PEERS}
-    fastest = min(peers, key=peers.__getitem__)
-    assert f"**{inf[bench.OURS] / peers[fastest]:.2f}** ({fastest})" in md
-    train = first["training"]
-    assert f"**{train[bench.OURS] / train[bench.TORCH_NN]:.2f}**" in md
-    peak = record["matmul_peak_flops"]
-    rate = shape.forward_flops() / inf[bench.OURS]
-    assert f"| {rate / 1e9:.1f} ({100 * rate / peak:.0f}%) |" in md
-    # Varlen rows and the stream leave out the peers that cannot take lengths, and say so.
-    for row in record["rows"][1], record["rows"][3]:
-        assert bench.ORT_TORCH not in row["inference"] and bench.KERAS not in row["inference"]
-        assert bench.ORT_OURS in row["inference"]
-    assert "full-length sequences only" in md
-    assert "Keras: not run on the serving shapes" in md
-    # B = 1 rows have the weight-read bound: T x the recurrent bytes over the bandwidth.
-    b1 = record["rows"][2]
-    assert b1["bound"] == pytest.approx(4 * 4 * 4 * 4 / b1["cache_bandwidth"])
-    bandwidth = f"{b1['cache_bandwidth'] / 1e9:.0f} GB/s"
-    ratio = b1["inference"][bench.OURS] / b1["bound"]
-    assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x) |" in md
-    assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i != 2)
-    # Every group has its heading; memory probes ran for the training row only.
-    for title in ("The issue's shapes", "Serving shapes", "A stream of batches"):
-        assert f"| **{title}" in md
-    assert first["memory"][bench.OURS] >= 0 and bench.TORCH_NN in first["memory"]
-    assert all(not r["memory"] for r in record["rows"][1:])
-    assert record["dynamic_rnn"]["notes"][0].startswith("max |dynamic_rnn - layer|")
-    diff = float(re.search(r"= ([0-9.e+-]+)", record["dynamic_rnn"]["notes"][0])[1])  # type: ignore[index]
-    assert diff < 1e-5
-    assert "## Targets" in md and "Inference, the stream: ours / fastest peer <= 0.85" in md
-    assert rows[0].shape == shape and dyn is not None
-
-
-def _row(shape: Shape, inference: dict[str, float], training: dict[str, float]) -> Row:
-    return Row(shape, inference=inference, training=training)
-
-
-def test_targets_mark_each_target_met_or_not() -> None:
-    ours, nn, ort = bench.OURS, bench.TORCH_NN, bench.ORT_OURS
-    big = BY_NAME["lstm-100x64x512"]
-    peak = big.forward_flops() / 1.0  # ours at 1 s is 100% of this peak
-    rows = [
-        _row(BY_NAME["lstm-100x16x256"], {ours: 0.7, nn: 1.0, ort: 1.0}, {}),  # 0.70: met
-        _row(BY_NAME["gru-serve-25x64x256"], {ours: 0.9, nn: 1.0}, {}),  # 0.90: not met
-        _row(BY_NAME["gru-serve-25x4x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 4: no target
-        _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {}),  # 1.00: met
-        _row(big, {ours: 1.0, nn: 2.0}, {ours: 1.0, nn: 1.1}),
-        _row(BY_NAME["gru-2-stream-16x256"], {ours: 0.9, ort: 1.0}, {}),  # 0.90: not met
-        _row(BY_NAME["relu-50x16x1760"], {}, {ours: 0.5, nn: 1.0}),  # 0.50: met
-    ]
-    lines = bench._targets(rows, None, peak)
-    by_text = {line.split(" | ")[0].lstrip("| "): line for line in lines}
-    why = "**not met** ([why](design_notes.md#targets-not-met-and-why))"
-    b8 = by_text["Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80"]
-    assert why in b8 and "0.90 (gru-serve-25x64x256)" in b8 and "gru-serve-25x4x256" not in b8
-    assert "**met**" in by_text["Inference, B = 1: ours / fastest peer <= 1.00"]
-    assert "**met**" in by_text["Inference, large shapes: ours / fastest peer <= 1.00"]
-    assert why in by_text["Inference, the stream: ours / fastest peer <= 0.85"]
-    assert "**met**" in by_text["Training, GRU and RNN: ours / torch.nn <= 0.60"]
-    assert "0.91 (lstm-100x64x512) | **met**" in by_text["Training, LSTM: ours / torch.nn <= 1.00"]
-    peak_line = by_text["Inference, large shapes: ours >= 70% of the matmul peak"]
-    assert "100% (lstm-100x64x512) | **met**" in peak_line
-    memory = by_text["Peak memory of a training step <= torch.nn's + 5%"]
-    assert "no such row in this run" in memory
-
-
-def test_the_machine_table_names_our_cpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(cudnn_rnn, "cpu_engine", raising=False)
-    assert bench.machine()["our CPU engine"] == "torch"
-    monkeypatch.setattr(
-        cudnn_rnn, "cpu_engine", lambda: "native (avx512f, 2 threads)", raising=False
-    )
-    info = bench.machine()
-    assert info["our CPU engine"] == "native (avx512f, 2 threads)"
-    assert set(info) >= {"onnxruntime", "openvino", "keras"}
-
-
-def test_a_missing_runtime_is_skipped_with_a_note(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("onnx")
-    monkeypatch.setattr(bench, "_installed", lambda package: package != "openvino")
-    shape = Shape("lstm-test", "lstm", 4, 2, 3, 3)
-    layer, x, _ = bench._make(shape, "cpu")
-    notes: list[str] = []
-    jobs = bench._runtime_jobs(shape, layer, x, str(tmp_path), notes)
-    assert [peer for peer, _, _ in jobs] == [bench.ORT_OURS, bench.ORT_TORCH]
-    assert notes == ["openvino not installed (pip install openvino)"]
-    monkeypatch.setattr(bench, "_installed", lambda package: False)
-    notes = []
-    assert bench._runtime_jobs(shape, layer, x, str(tmp_path), notes) == []
-    assert notes == [
-        "onnxruntime not installed (pip install onnxruntime)",
-        "openvino not installed (pip install openvino)",
-    ]
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256"),
-        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
-        (["--block", "-1"], "--block must be a number of seconds > 0, got -1.0."),
-    ],
-)
-def test_bad_options_exit_2_with_one_line(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert bench.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("cudnn-rnn bench: error: " + message) and err.count("\n") == 1
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_a_failing_memory_probe_says_why() -> None:
-    shape = Shape("lstm-test", "lstm", 3, 2, 4, 4, 1)
-    with pytest.raises(RuntimeError, match=r"memory probe of torch\.nn on lstm-test failed: \w"):
-        bench.measure_memory(shape, bench.TORCH_NN, "cuda")  # the probe cannot build on CUDA
-
-
 def test_the_warm_up_makes_at_least_warmup_calls_untimed() -> None:
     calls: list[int] = []
     bench.time_alternating({"f": lambda: calls.append(1)}, repeats=1, block=1e-9, warmup=0.0)
@@ -314,27 +52,176 @@ def test_the_warm_up_makes_at_least_warmup_calls_untimed() -> None:
     assert len(calls) == bench.WARMUP_CALLS + 1 + 1 + 1
 
 
-def test_the_inference_table_has_one_column_per_implementation(tmp_path: Path) -> None:
-    shape = Shape("lstm-test", "lstm", 4, 2, 3, 3, 1)
-    rows, _ = bench.run(
-        [shape],
-        out=tmp_path,
-        repeats=1,
-        block=0.001,
-        peers=False,
-        memory=False,
-        dynamic=None,
-        warmup=0.0,
-        peak_sizes=((64, 64, 64),),
-        log=lambda _: None,
+def test_lighter_timing() -> None:
+    assert bench.Timing(5, 0.2, 1.0).lighter() == bench.Timing(3, 0.1, 0.5)
+    assert bench.Timing(1, 0.02, 0.0).lighter() == bench.Timing(1, 0.01, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
+        (["--repeats", "-3"], "--repeats must be an integer >= 1, got -3."),
+        (["--block", "0"], "--block must be a number of seconds > 0, got 0.0."),
+        (["--block", "nan"], "--block must be a number of seconds > 0, got nan."),
+        (["--warmup", "-1"], "--warmup must be a number of seconds >= 0, got -1.0."),
+        (["--device", "gpu"], "--device 'gpu' is not a device; use cpu, cuda or cuda:N."),
+        (["--device", "meta"], "--device must be cpu, cuda or cuda:N, got 'meta'."),
+    ],
+)
+def test_timing_options_are_checked(argv: list[str], message: str) -> None:
+    parser = argparse.ArgumentParser()
+    bench.add_timing_arguments(parser)
+    defaults = parser.parse_args([])
+    assert (defaults.repeats, defaults.block, defaults.warmup) == (5, 0.2, 1.0)
+    bench.check_timing_arguments(defaults)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        bench.check_timing_arguments(parser.parse_args(argv))
+
+
+def test_random_batches_are_seeded_and_shaped() -> None:
+    batches = bench.random_batches(3, 5, [4, 2], [None, [2, 1, 1]])
+    assert [x.shape for x, _ in batches] == [(4, 3, 5), (2, 3, 5)]
+    assert batches[0][1] is None and batches[1][1] is not None
+    assert batches[1][1].dtype == np.int32 and batches[1][1].tolist() == [2, 1, 1]
+    again = bench.random_batches(3, 5, [4, 2], [None, [2, 1, 1]])
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(batches, again))
+    assert not np.array_equal(batches[0][0][:2], batches[1][0])  # one generator, drawn on
+    with pytest.raises(ValueError, match="2 batch lengths in steps but 1 in lengths"):
+        bench.random_batches(3, 5, [4, 2], [None])
+
+
+def test_runtime_outputs_are_compared_over_the_valid_steps_only() -> None:
+    want = np.zeros((3, 2, 1), np.float32)
+    got = want.copy()
+    got[2, 1] = 5.0  # past sequence 1's length
+    got[0, 0] = 1e-3
+    diff, padding = bench.compare(got, want, np.array([3, 2], np.int32))
+    assert diff == pytest.approx(1e-3) and padding == 5.0
+    assert bench.compare(got, want, None) == (5.0, 0.0)
+
+
+def test_a_missing_runtime_is_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("onnx")
+    monkeypatch.setattr(bench, "installed", lambda package: package != "openvino")
+    layer = cudnn_rnn.CudnnLSTM(1, 3, input_size=3, seed=0)
+    x = torch.randn(4, 2, 3)
+    notes: list[str] = []
+    jobs = bench.runtime_jobs(layer, x, str(tmp_path), notes, varlen=False)
+    assert [peer for peer, _, _ in jobs] == [bench.ORT_OURS, bench.ORT_TORCH]
+    assert all(Path(path).is_file() for _, path, _ in jobs)
+    assert notes == ["openvino not installed (pip install openvino)"]
+    notes = []
+    jobs = bench.runtime_jobs(layer, x, str(tmp_path), notes, varlen=True)
+    assert [peer for peer, _, _ in jobs] == [bench.ORT_OURS]  # torch's export: full length only
+    assert notes[-1] == "torch.onnx.export: full-length sequences only (no packed sequences)"
+    monkeypatch.setattr(bench, "installed", lambda package: False)
+    notes = []
+    assert bench.runtime_jobs(layer, x, str(tmp_path), notes, varlen=False) == []
+    assert notes == [
+        "onnxruntime not installed (pip install onnxruntime)",
+        "openvino not installed (pip install openvino)",
+    ]
+
+
+def test_measure_runs_every_peer_on_the_same_weights_and_inputs() -> None:
+    pytest.importorskip("onnxruntime")
+    layer = cudnn_rnn.CudnnGRU(2, 4, direction="bidirectional", input_size=3, seed=0)
+    batches = bench.random_batches(3, 3, [5])
+    result = bench.measure(layer, batches, timing=TINY, training=True, label="gru")
+    assert list(result.inference)[:2] == [bench.OURS, bench.TORCH_NN]
+    assert {bench.ORT_OURS, bench.ORT_TORCH} <= set(result.inference)
+    assert set(result.training) == {bench.OURS, bench.TORCH_NN}
+    assert all(t > 0 for t in [*result.inference.values(), *result.training.values()])
+    # Every peer that ran computed what ours computes on these inputs.
+    ran = set(result.inference) - {bench.OURS}
+    assert set(result.max_abs_diff) == ran
+    assert max(result.max_abs_diff.values()) < 1e-5
+    assert not any("differs from ours" in n for n in result.notes)
+    assert bench.installed("openvino") == (bench.OPENVINO in result.inference)
+
+
+def test_measure_with_lengths_leaves_out_what_cannot_take_them() -> None:
+    pytest.importorskip("onnxruntime")
+    layer = cudnn_rnn.CudnnLSTM(1, 4, input_size=3, seed=0)
+    batches = bench.random_batches(3, 3, [6, 4], [[6, 2, 5], [4, 4, 1]])
+    result = bench.measure(layer, batches, timing=TINY, label="lstm")
+    assert bench.ORT_OURS in result.inference and bench.ORT_TORCH not in result.inference
+    assert bench.KERAS not in result.inference and not result.training
+    assert "Keras: full-length sequences only here, not compared" in result.notes
+    assert result.max_abs_diff[bench.TORCH_NN] < 1e-5  # packed sequences: the valid steps agree
+    assert result.max_abs_diff[bench.ORT_OURS] < 1e-5
+
+
+def test_a_peer_that_computes_something_else_gets_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison is real: a torch.nn module off by 1e-3 in one bias is reported."""
+    to_torch = convert.to_torch
+
+    def off(layer: object) -> torch.nn.Module:
+        module: torch.nn.Module = to_torch(layer)
+        with torch.no_grad():
+            module.bias_ih_l0[0] += 1e-2  # type: ignore[operator, index]
+        return module
+
+    monkeypatch.setattr(convert, "to_torch", off)
+    layer = cudnn_rnn.CudnnRNNTanh(1, 3, input_size=2, seed=0)
+    result = bench.measure(
+        layer, bench.random_batches(2, 2, [3]), timing=TINY, keras=False, runtimes=False, label="m"
     )
-    md = (tmp_path / "benchmarks.md").read_text()
-    header = next(line for line in md.splitlines() if line.startswith("| shape | ours |"))
-    assert header.split(" | ")[1:-3] == [bench.OURS, *bench.PEERS]
-    assert header.endswith(
-        "| ours / fastest peer | ours GFLOP/s (% of peak) "
-        "| B = 1: weight-read bound ms at cache bandwidth (ours / bound) |"
+    assert result.max_abs_diff[bench.TORCH_NN] > bench.OUTPUT_TOLERANCE
+    assert any(
+        n.startswith("torch.nn differs from ours on m: max |output - ours| = ")
+        for n in result.notes
     )
-    row = next(line for line in md.splitlines() if line.startswith(f"| {shape.label} |"))
-    assert row.count("|") == header.count("|")
-    assert set(rows[0].inference) == {bench.OURS, bench.TORCH_NN}
+
+
+def test_a_model_torch_nn_cannot_hold_is_timed_alone() -> None:
+    layer = cudnn_rnn.CudnnLSTM(1, 4, input_size=3, num_proj=4, seed=0)
+    result = bench.measure(
+        layer, bench.random_batches(2, 3, [3]), timing=TINY, training=True, label="proj"
+    )
+    assert set(result.inference) == {bench.OURS} and set(result.training) == {bench.OURS}
+    assert result.notes[0].startswith("torch.nn: not compared (to_torch: CudnnLSTM has num_proj=4")
+    assert any(
+        n.startswith("no ONNX export (to_onnx: CudnnLSTM has num_proj=4") for n in result.notes
+    )
+
+
+def test_other_dtypes_meet_torch_nn_only() -> None:
+    layer = cudnn_rnn.CudnnGRU(1, 3, input_size=2, seed=0, dtype=torch.float64)
+    result = bench.measure(layer, bench.random_batches(2, 2, [3]), timing=TINY)
+    assert set(result.inference) == {bench.OURS, bench.TORCH_NN}
+    assert result.max_abs_diff[bench.TORCH_NN] < 1e-6
+    assert result.notes == ["onnxruntime, OpenVINO and Keras: compared on float32 models only"]
+
+
+def test_a_failing_fresh_process_says_why() -> None:
+    with pytest.raises(RuntimeError, match=r"AttributeError: .*'no_such_function'"):
+        bench.in_fresh_process("cudnn_rnn.bench", "no_such_function", [], timeout=120)
+    assert bench.in_fresh_process("json", "dumps", [[1, "a"]], timeout=120) == '[1, "a"]'
+
+
+def test_report_lists_times_ratios_distances_and_notes() -> None:
+    result = bench.Measurement(
+        inference={bench.OURS: 0.002, bench.TORCH_NN: 0.004, bench.ORT_OURS: 0.001},
+        training={bench.OURS: 0.01, bench.TORCH_NN: 0.02},
+        max_abs_diff={bench.TORCH_NN: 0.0, bench.ORT_OURS: 3e-8},
+        notes=["a note", "a note", "another"],
+    )
+    lines = bench.report(result)
+    assert lines == [
+        "inference (forward under torch.no_grad()), median ms per call:",
+        "  implementation                ms  ours / it  max |output - ours|",
+        "  ours                           2       1.00                    -",
+        "  torch.nn                       4       0.50              0.0e+00",
+        "  onnxruntime (our export)       1       2.00              3.0e-08",
+        "training step (forward + backward), median ms per call:",
+        "  implementation      ms  ours / it",
+        "  ours                10       1.00",
+        "  torch.nn            20       0.50",
+        "notes:",
+        "  - a note",  # each note once
+        "  - another",
+    ]

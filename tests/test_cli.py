@@ -16,9 +16,16 @@ from cudnn_rnn.cli import detect_models, load_layer, main
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf1"
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
-)
+pytestmark = [
+    pytest.mark.filterwarnings(
+        "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
+    ),
+    # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's
+    # __array__ (bench's Keras peer; as in tests/test_convert_keras.py).
+    pytest.mark.filterwarnings(
+        "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+    ),
+]
 
 
 def test_inspect_tf1_fixture(capsys: pytest.CaptureFixture[str]) -> None:
@@ -131,69 +138,101 @@ def test_help_lists_every_command() -> None:
     )
     assert result.returncode == 0
     assert "tf.contrib.cudnn_rnn re-created on PyTorch" in result.stdout
-    for command in ("demo", "inspect", "convert", "bench"):
+    for command in ("inspect", "convert", "bench"):
         assert f"\n    {command} " in result.stdout, command
+    assert "demo" not in result.stdout  # examples/demo.py, in the repository only
 
 
-def test_bench_help(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["bench", "--help"])
-    assert info.value.code == 0
+QUICK = ["--steps", "6", "--batch", "3", "--repeats", "1", "--block", "0.001", "--warmup", "0"]
+
+
+def _rows(out: str, title: str) -> dict[str, list[str]]:
+    """The rows of one of bench's tables: implementation -> its columns."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("  ") or line.startswith("  - "):
+            break
+        name, *columns = line.strip().rsplit(None, 3 if "max |output" in lines[start + 1] else 2)
+        rows[name] = columns
+    return rows
+
+
+def test_bench_times_a_model_file_against_its_peers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layer = CudnnGRU(2, 4, direction="bidirectional", input_size=3, seed=0)
+    path = tmp_path / "gru.safetensors"
+    checkpoint.save(path, layer)
+    assert main(["bench", str(path), *QUICK, "--training"]) == 0
     out = capsys.readouterr().out
-    assert "--quick" in out and "--out" in out and "benchmarks.md" in out
+    assert out.startswith(
+        f"{path}: CudnnGRU, 2 layer(s), 4 units, bidirectional, input size 3, float32\n"
+        "input: T 6, B 3 (seeded normal, time-major) on cpu; our engine: "
+    )
+    inference = _rows(out, "inference (forward under torch.no_grad())")
+    assert list(inference)[:2] == ["ours", "torch.nn"]
+    assert inference["ours"][1:] == ["1.00", "-"]
+    for name, (_, _, diff) in inference.items():
+        assert name == "ours" or float(diff) < 1e-5, name  # the same weights everywhere
+    training = _rows(out, "training step (forward + backward)")
+    assert list(training) == ["ours", "torch.nn"] and training["ours"][1] == "1.00"
+    for runtime in ("onnxruntime", "openvino"):
+        ran = any(name.startswith(runtime) for name in inference)
+        assert ran or f"{runtime} not installed (pip install {runtime})" in out
+
+
+def test_bench_without_peers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "lstm.pt"
+    torch.save(torch.nn.LSTM(3, 5, proj_size=2).state_dict(), path)
+    assert main(["bench", str(path), *QUICK, "--no-peers"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: CudnnLSTM, 1 layer(s), 5 units, projection 2, unidirectional")
+    assert list(_rows(out, "inference")) == ["ours", "torch.nn"]
+    assert "training step" not in out and "notes:" not in out
+
+
+def test_bench_of_a_plain_rnn_needs_its_activation(capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = str(FIXTURES / "cudnn_rnn_relu_bidi.ckpt")
+    assert main(["bench", prefix, *QUICK, "--no-peers"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --activation tanh or --activation relu" in err and err.count("\n") == 1
+    assert main(["bench", prefix, *QUICK, "--no-peers", "--activation", "relu"]) == 0
+    assert "CudnnRNNRelu, " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256, "),
-        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
-        (["--repeats", "-3"], "--repeats must be an integer >= 1, got -3."),
-        (["--block", "0"], "--block must be a number of seconds > 0, got 0.0."),
+        # The timing options are checked by cudnn_rnn.bench (tests/test_bench.py has them all).
         (["--block", "nan"], "--block must be a number of seconds > 0, got nan."),
-        (["--warmup", "-1"], "--warmup must be a number of seconds >= 0, got -1.0."),
-        (["--device", "gpu"], "--device 'gpu' is not a device; use cpu, cuda or cuda:N."),
-        (["--device", "meta"], "--device must be cpu, cuda or cuda:N, got 'meta'."),
+        (["--steps", "0"], "--steps must be an integer >= 1, got 0."),
+        (["--batch", "-2"], "--batch must be an integer >= 1, got -2."),
     ],
 )
 def test_bench_bad_options_exit_2_with_one_line(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["bench", *argv]) == 2
+    path = tmp_path / "m.safetensors"
+    checkpoint.save(path, CudnnLSTM(1, 2, input_size=2))
+    assert main(["bench", str(path), *argv]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("cudnn-rnn: error: " + message)
-    assert captured.err.count("\n") == 1 and captured.out == ""
+    assert captured.err == f"cudnn-rnn: error: {message}\n" and captured.out == ""
 
 
-def test_bench_unknown_shape_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    from cudnn_rnn.bench import QUICK_SHAPES, SHAPES
-
-    assert main(["bench", "--shapes", "lstm-quick", "nope"]) == 2
+def test_bench_of_a_missing_or_corrupt_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", str(tmp_path / "missing.onnx")]) == 2
     err = capsys.readouterr().err
-    assert all(shape.name in err for shape in (*SHAPES, *QUICK_SHAPES))
-
-
-def test_bench_quick_run_writes_the_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "bench"
-    argv = ["--quick", "--no-memory", "--no-peers", "--repeats", "1", "--block", "0.001"]
-    assert main(["bench", *argv, "--warmup", "0", "--out", str(out)]) == 0
-    report = (out / "benchmarks.md").read_text()
-    assert "## Inference" in report and "## Training" in report and "lstm (10, 4" in report
-    assert (out / "benchmarks.json").is_file()
-    assert f"wrote {out / 'benchmarks.md'}" in capsys.readouterr().out
-
-
-def test_bench_unwritable_out_exits_2_before_measuring(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    assert main(["bench", "--quick", "--out", str(blocker / "bench")]) == 2
+    assert err.startswith("cudnn-rnn: error: ") and "no such file" in err and err.count("\n") == 1
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"PK\x03\x04 truncated")
+    assert main(["bench", str(junk)]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("cudnn-rnn: error: ") and str(blocker) in captured.err
-    assert captured.err.count("\n") == 1 and "matmul peak" not in captured.out
+    assert "not a readable torch file" in captured.err and captured.err.count("\n") == 1
+    assert captured.out == ""
 
 
 def test_convert_of_a_tf1_training_checkpoint_keeps_both_biases(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""`cudnn-rnn demo`: trains, saves, restores three ways, samples, verifies; errors, Ctrl-C."""
+"""examples/demo.py (``make demo``): trains, saves, restores three ways, samples, verifies;
+errors, Ctrl-C."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, convert, demo
+from cudnn_rnn import checkpoint, convert
 from cudnn_rnn.cells import CudnnCompatibleLSTMCell, LSTMStateTuple, MultiRNNCell, dynamic_rnn
-from cudnn_rnn.cli import main
+from examples import demo
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "demo.py"
+main = demo.main
 
 # A model small enough that a run takes a few seconds.
 TINY = [
@@ -69,7 +74,7 @@ def test_demo_end_to_end(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cell_steps: list[int]
 ) -> None:
     out = tmp_path / "out"
-    assert main(["demo", *TINY, "--out", str(out)]) == 0
+    assert main([*TINY, "--out", str(out)]) == 0
     # The compatible cells ran one call per layer and character: the prime (6) and the 40 drawn
     # characters of the sample (batch 1), then the 24 steps of the verification batch (batch 8).
     # Run by the fused kernel (dynamic_rnn's way) they would not be called at all.
@@ -156,7 +161,7 @@ def test_demo_without_matplotlib_still_runs(
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
         monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
     out = tmp_path / "out"
-    assert main(["demo", *TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]) == 0
+    assert main([*TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]) == 0
     assert "matplotlib is not installed" in capsys.readouterr().out
     assert (out / "lstm.safetensors").is_file() and not (out / "loss.png").exists()
 
@@ -174,7 +179,7 @@ def test_demo_fails_when_an_implementation_disagrees(
 
     monkeypatch.setattr(CudnnCompatibleLSTMCell, "forward", off)
     out = tmp_path / "out"
-    args = ["demo", *TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]
+    args = [*TINY, "--steps", "1", "--sample-length", "5", "--out", str(out)]
     assert main(args) == demo.EXIT_MISMATCH
     captured = capsys.readouterr()
     assert "FAILED: 2 of 3 pairs disagree beyond the tolerance" in captured.out
@@ -182,7 +187,7 @@ def test_demo_fails_when_an_implementation_disagrees(
     failed = [line for line in captured.out.splitlines() if "FAILED: beyond" in line]
     assert len(failed) == 2 and all(STEPPED in line for line in failed)
     err = captured.err.splitlines()[-1]
-    assert err.startswith("cudnn-rnn demo: verification FAILED: ")
+    assert err.startswith("examples/demo.py: verification FAILED: ")
     assert (
         f"{FUSED} vs {STEPPED} differ by " in err and f"{STEPPED} vs {TORCH_NN} differ by " in err
     )
@@ -234,7 +239,7 @@ def test_ctrl_c_saves_and_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = [*TINY, "--steps", "100000", "--out", str(out)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cudnn_rnn.cli", "demo", *args],
+        [sys.executable, str(SCRIPT), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -290,9 +295,9 @@ def test_bad_arguments_exit_2_with_one_line(
     (tmp_path / "a-file").write_text("x")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     out = ["--out", str(tmp_path / "out")] if "--out" not in args else []
-    assert main(["demo", *out, *args]) == 2
+    assert main([*out, *args]) == 2
     captured = capsys.readouterr()
-    assert captured.err.startswith("cudnn-rnn: error: ") and captured.err.count("\n") == 1
+    assert captured.err.startswith("examples/demo.py: error: ") and captured.err.count("\n") == 1
     assert message in captured.err
     assert captured.out == "" and not (tmp_path / "out").exists()
 
@@ -300,7 +305,7 @@ def test_bad_arguments_exit_2_with_one_line(
 def test_cuda_device_without_cuda_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert main(["demo", "--device", "cuda"]) == 2
+    assert main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert "CUDA is not available here; use --device cpu (or auto)." in err
     assert err.count("\n") == 1
@@ -311,15 +316,13 @@ def test_nproc_under_torchrun_is_a_usage_error(
 ) -> None:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert main(["demo", "--nproc", "2"]) == 2
+    assert main(["--nproc", "2"]) == 2
     assert "--nproc cannot be used under torchrun" in capsys.readouterr().err
 
 
 def test_config_round_trips_through_the_command_line(tmp_path: Path) -> None:
-    from cudnn_rnn.cli import build_parser
-
     config = demo.DemoConfig(steps=7, learning_rate=0.01, out=tmp_path, prime="-The ", nproc=2)
-    args = build_parser().parse_args(["demo", *config.to_argv()])
+    args = demo.build_parser().parse_args(config.to_argv())
     assert demo.config_from_args(args) == dataclasses.replace(config, nproc=1)
 
 
@@ -364,3 +367,25 @@ def test_samples_depend_only_on_the_logits() -> None:
     assert one == demo.sample(nudged, vocab, "a", 50, seed=3)
     assert one != demo.sample(run, vocab, "a", 50, seed=4)
     assert set(one) == {"a", "b"}
+
+
+def test_the_script_runs_from_anywhere_and_is_not_a_command(tmp_path: Path) -> None:
+    """Run as a file from another folder, the script finds its text beside it; the package's
+    command has no demo (the demo lives in the repository, not in the wheel)."""
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: examples/demo.py ") and "--nproc N" in result.stdout
+    assert demo.TEXT_FILE == SCRIPT.parent / "data" / "alice.txt" and demo.TEXT_FILE.is_file()
+    assert demo.load_text().lstrip().startswith("ALICE'S ADVENTURES IN WONDERLAND")
+    from cudnn_rnn.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(["demo"])
+    assert info.value.code == 2

@@ -1,8 +1,10 @@
-"""Data-parallel training: two gloo processes on loopback take the steps one process takes.
+"""Data-parallel training under torchrun: two gloo processes on loopback take the steps one
+process takes, with the demo's own loop and helpers (examples/demo.py).
 
-Run as a script (``python tests/test_distributed.py OUT``) this file is the worker that
-:func:`cudnn_rnn.distributed.launch` starts: it trains the small model below on its shard of
-each global batch with the demo's own loop and saves its parameters to ``OUT/rank<r>.pt``.
+Run under torchrun (``python -m torch.distributed.run --standalone --nproc-per-node 2 -m
+tests.test_distributed OUT``, from the repository's root) this file is the worker: it trains the
+small model below on its shard of each global batch and saves its parameters to
+``OUT/rank<r>.pt``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudnn_rnn import demo, distributed
+from examples import demo
 
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "demo.py"
 STEPS = 4
 GLOBAL_BATCH = 6  # 3 rows per rank
 VOCAB = 7
@@ -29,11 +33,11 @@ LAUNCH_TIMEOUT = 120.0  # seconds; a hung group fails the test instead of blocki
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # two processes on small CPUs: no oversubscription
 
 
-def _train(env: distributed.DistEnv | None) -> tuple[dict[str, torch.Tensor], list[float]]:
+def _train(env: demo.DistEnv | None) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The demo's model and loop in float64, on this rank's share of fixed global batches."""
     ids = torch.randint(0, VOCAB, (300,), generator=torch.Generator().manual_seed(1))
     model = demo.CharModel(VOCAB, 3, 5, 2, seed=0, dtype=torch.float64)
-    wrapped = distributed.wrap(model, env, torch.device("cpu"))
+    wrapped = demo.wrap(model, env, torch.device("cpu"))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     result = demo.train(
         wrapped,
@@ -48,24 +52,28 @@ def _train(env: distributed.DistEnv | None) -> tuple[dict[str, torch.Tensor], li
 
 
 def _worker(out: Path) -> None:
-    env = distributed.env_from_environ()
+    env = demo.env_from_environ()
     assert env is not None and env.world_size == 2
-    distributed.init_process_group(env, torch.device("cpu"), timeout=timedelta(seconds=60))
+    demo.init_process_group(env, torch.device("cpu"), timeout=timedelta(seconds=60))
     try:
         state, losses = _train(env)
     finally:
-        distributed.shutdown()
+        demo.shutdown()
     torch.save({"state": state, "losses": losses}, out / f"rank{env.rank}.pt")
 
 
 def test_two_processes_match_one_process_on_the_global_batch(tmp_path: Path) -> None:
-    code = distributed.launch(
-        [sys.executable, __file__, str(tmp_path)],
-        2,
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    result = subprocess.run(
+        [*torchrun, "-m", "tests.test_distributed", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, **ONE_THREAD},
+        capture_output=True,
+        text=True,
         timeout=LAUNCH_TIMEOUT,
-        extra_env=ONE_THREAD,
+        check=False,
     )
-    assert code == 0
+    assert result.returncode == 0, result.stderr
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     alone, alone_losses = _train(None)
     initial = demo.CharModel(VOCAB, 3, 5, 2, seed=0, dtype=torch.float64).state_dict()
@@ -96,7 +104,7 @@ def test_demo_with_two_processes_reports_once(tmp_path: Path) -> None:
     args = ["--steps", "2", "--num-units", "8", "--embedding-size", "4", "--batch-size", "4"]
     args += ["--seq-len", "16", "--sample-length", "10", "--nproc", "2", "--out", str(out)]
     result = subprocess.run(
-        [sys.executable, "-m", "cudnn_rnn.cli", "demo", *args],
+        [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=LAUNCH_TIMEOUT,
@@ -104,7 +112,8 @@ def test_demo_with_two_processes_reports_once(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "starting 2 processes (gloo on 127.0.0.1)" in result.stderr
+    assert "starting 2 processes (gloo) under torchrun" in result.stderr
+    assert "-m torch.distributed.run --standalone --nproc-per-node=2 " in result.stderr
     assert result.stdout.count("verification:") == 1  # rank 0 alone reports
     assert (
         "(2 processes)" in result.stdout and "OK: the three implementations agree" in result.stdout
@@ -118,7 +127,7 @@ def test_ctrl_c_stops_every_process_at_the_same_step(tmp_path: Path) -> None:
     args = ["--steps", "100000", "--num-units", "8", "--embedding-size", "4", "--batch-size", "4"]
     args += ["--seq-len", "16", "--nproc", "2", "--out", str(out)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cudnn_rnn.cli", "demo", *args],
+        [sys.executable, str(SCRIPT), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -137,7 +146,7 @@ def test_ctrl_c_stops_every_process_at_the_same_step(tmp_path: Path) -> None:
         threading.Thread(target=read_stderr, daemon=True).start()
         while not (line := lines.get(timeout=LAUNCH_TIMEOUT)).startswith("step 1/"):
             assert "error" not in line, line
-        proc.send_signal(signal.SIGINT)  # to the launcher only; it passes it on
+        proc.send_signal(signal.SIGINT)  # to the demo only; it passes it on to torchrun
         stdout, _ = proc.communicate(timeout=LAUNCH_TIMEOUT)
     finally:
         if proc.poll() is None:
@@ -148,62 +157,95 @@ def test_ctrl_c_stops_every_process_at_the_same_step(tmp_path: Path) -> None:
     assert (out / "lstm.safetensors").is_file() and (out / "head.safetensors").is_file()
 
 
-def test_a_failing_process_stops_the_group() -> None:
-    script = "import os, sys, time; sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(60)"
-    started = time.monotonic()
-    assert distributed.launch([sys.executable, "-c", script], 2, grace=0.5, timeout=30) == 3
-    assert time.monotonic() - started < 20
+def test_torchrun_runs_the_script_with_the_same_options(tmp_path: Path) -> None:
+    config = demo.DemoConfig(steps=7, out=tmp_path, nproc=3)
+    command = demo.torchrun_command(config)
+    assert command[:5] == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=3",
+    ]
+    assert command[5] == str(SCRIPT) and command[6:] == config.to_argv()
+    assert "--nproc" not in " ".join(command[6:])  # the workers run one process each
 
 
-def test_a_hung_group_times_out_and_is_killed() -> None:
-    with pytest.raises(TimeoutError, match=r"still running after 1\.0 s; they were killed"):
-        distributed.launch([sys.executable, "-c", "import time; time.sleep(60)"], 2, timeout=1.0)
+def _launch_fake_torchrun(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: str
+) -> demo.DemoConfig:
+    """``launch`` running ``code`` (a Python program) in torchrun's place."""
+    monkeypatch.setattr(demo, "torchrun_command", lambda config: [sys.executable, "-c", code])
+    return demo.DemoConfig(nproc=2, device="cpu", out=tmp_path)
 
 
-def test_sigterm_terminates_the_group() -> None:
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    try:
-        code = distributed.launch(
-            [sys.executable, "-c", "import time; time.sleep(60)"], 2, timeout=30
-        )
-    finally:
-        timer.cancel()
-    assert code == 128 + signal.SIGTERM
+def test_launch_returns_torchruns_exit_code(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = _launch_fake_torchrun(monkeypatch, tmp_path, "import sys; sys.exit(3)")
+    assert demo.launch(config) == 3
+    killed = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    config = _launch_fake_torchrun(monkeypatch, tmp_path, killed)
+    assert demo.launch(config) == 128 + signal.SIGKILL
 
 
-def test_launch_sets_torchrun_variables(tmp_path: Path) -> None:
-    script = (
-        "import os, sys; names = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', "
-        "'MASTER_ADDR'); open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write("
-        "' '.join(os.environ[n] for n in names) + ' ' + str(int(os.environ['MASTER_PORT']) > 0))"
+def test_launch_passes_one_ctrl_c_on_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A SIGINT to the launching process reaches torchrun once (torchrun hands it to the
+    workers, which stop together); the run then ends with 130 whatever torchrun returns."""
+    ready, seen = tmp_path / "ready", tmp_path / "seen"
+    code = (
+        "import pathlib, signal, sys, time\n"
+        f"seen = pathlib.Path({str(seen)!r})\n"
+        "def on_int(signum, frame):\n"
+        "    seen.write_text(seen.read_text() + 'x' if seen.exists() else 'x')\n"
+        "signal.signal(signal.SIGINT, on_int)\n"
+        f"pathlib.Path({str(ready)!r}).write_text('')\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not seen.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(0.5)\n"  # a second SIGINT would arrive in this time
+        "sys.exit(1)\n"
     )
-    assert distributed.launch([sys.executable, "-c", script, str(tmp_path)], 3, timeout=30) == 0
-    seen = sorted((tmp_path / str(r)).read_text() for r in range(3))
-    assert seen == [f"{r} {r} 3 3 127.0.0.1 True" for r in range(3)]
+    config = _launch_fake_torchrun(monkeypatch, tmp_path, code)
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    assert demo.launch(config) == demo.EXIT_INTERRUPTED
+    thread.join(timeout=10)
+    assert seen.read_text() == "x"
+    assert signal.getsignal(signal.SIGINT) is before  # put back
 
 
 def test_environment_parsing() -> None:
-    assert distributed.env_from_environ({}) is None
-    assert distributed.env_from_environ({"RANK": "0"}) is None
-    env = distributed.env_from_environ(
+    assert demo.env_from_environ({}) is None
+    assert demo.env_from_environ({"RANK": "0"}) is None
+    env = demo.env_from_environ(
         {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
     )
-    assert env == distributed.DistEnv(3, 4, 1, 2) and not env.is_main
+    assert env == demo.DistEnv(3, 4, 1, 2) and not env.is_main
     with pytest.raises(ValueError, match=r"RANK='x' is not an integer"):
-        distributed.env_from_environ({"RANK": "x", "WORLD_SIZE": "2"})
+        demo.env_from_environ({"RANK": "x", "WORLD_SIZE": "2"})
     with pytest.raises(ValueError, match="expected 0 <= RANK < WORLD_SIZE"):
-        distributed.env_from_environ({"RANK": "2", "WORLD_SIZE": "2"})
-    assert distributed.device_for(env, torch.device("cuda")) == torch.device("cuda", 1)
-    assert distributed.device_for(env, torch.device("cpu")) == torch.device("cpu")
+        demo.env_from_environ({"RANK": "2", "WORLD_SIZE": "2"})
+    assert demo.device_for(env, torch.device("cuda")) == torch.device("cuda", 1)
+    assert demo.device_for(env, torch.device("cpu")) == torch.device("cpu")
 
 
 def test_shards_must_be_equal() -> None:
-    env = distributed.DistEnv(0, 4, 0, 4)
+    env = demo.DistEnv(0, 4, 0, 4)
     with pytest.raises(ValueError, match="6 rows does not split into 4 equal shards"):
-        distributed.shard(torch.zeros(6, 2), env)
+        demo.shard(torch.zeros(6, 2), env)
     rows = torch.arange(8)
-    shards = [distributed.shard(rows, distributed.DistEnv(r, 4, r, 4)) for r in range(4)]
+    shards = [demo.shard(rows, demo.DistEnv(r, 4, r, 4)) for r in range(4)]
     assert torch.equal(torch.cat(shards), rows)
 
 

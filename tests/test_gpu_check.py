@@ -1,5 +1,6 @@
-"""``make gpu-check`` without a GPU: the clean no-CUDA exit, the report writer, the pytest
-parsing, and each check's code run on the CPU (so the one run on a lent GPU meets no typo)."""
+"""``make gpu-check`` (tools/gpu_check.py) without a GPU: the clean no-CUDA exit, the report
+writer, the pytest parsing, and each check's code run on the CPU (so the one run on a lent GPU
+meets no typo)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from cudnn_rnn import gpu_check, operator
-from cudnn_rnn.gpu_check import FAILED, PASSED, SKIPPED, PytestRun, Section
+from cudnn_rnn import operator
+from tools import gpu_check
+from tools.gpu_check import FAILED, PASSED, SKIPPED, PytestRun, Section
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_GPU = ROOT / "docs" / "gpu.md"
@@ -25,7 +27,7 @@ def test_without_cuda_exits_0_and_leaves_docs_gpu_md_alone() -> None:
     mtime = DOCS_GPU.stat().st_mtime_ns
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no CUDA, even on a machine with a GPU
     proc = subprocess.run(
-        [sys.executable, "-m", "cudnn_rnn.gpu_check", "--out", "docs"],
+        [sys.executable, "tools/gpu_check.py", "--out", "docs"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -50,8 +52,12 @@ def test_main_without_cuda_writes_nothing(
 
 
 def test_docs_gpu_md_ends_with_the_notes() -> None:
-    """The notes are written by the module: docs/gpu.md and NOTES must not drift apart."""
-    assert DOCS_GPU.read_text(encoding="utf-8").endswith(gpu_check.NOTES)
+    """The notes are written by the script: docs/gpu.md and NOTES must not drift apart, and its
+    header names the script that writes it."""
+    text = DOCS_GPU.read_text(encoding="utf-8")
+    assert text.endswith(gpu_check.NOTES)
+    assert gpu_check.HEADER in text.splitlines()[:3]
+    assert "tools/gpu_check.py" in gpu_check.HEADER
 
 
 def _fake_sections() -> list[Section]:

@@ -48,7 +48,10 @@ LOWER = tuple(
         "checkpointable",
     )
 )
-UPPER = tuple(f"{PACKAGE}.{name}" for name in ("formats", "convert", "cli", "bench", "demo"))
+UPPER = tuple(f"{PACKAGE}.{name}" for name in ("formats", "convert", "cli", "bench"))
+#: The folders beside the package (the benchmark suite, the GPU check, the demo) and the tests:
+#: they import the package, never the other way round (nor are they in the wheel).
+BESIDE = ("benchmarks", "tools", "examples", "tests")
 CORE = f"{PACKAGE}.core"
 #: The saveables convert an opaque buffer through the layout table (core); they stand beside the
 #: op level, not on it, and never build runtime op objects.
@@ -266,6 +269,23 @@ def test_lower_layers_never_import_formats_converters_or_the_cli(edges: list[Edg
         "a lower layer imports a converter, a file format or the command line (even lazily):\n"
         + "\n".join(bad)
     )
+
+
+def test_the_package_never_imports_what_stands_beside_it(modules: dict[str, Path]) -> None:
+    bad = [
+        f"{module} imports {imp.target} ({path.relative_to(SRC.parent)}:{imp.line})"
+        for module, path in modules.items()
+        for imp in imports_of(path.read_text(encoding="utf-8"), module, is_package(path))
+        if imp.target.split(".")[0] in BESIDE
+    ]
+    assert not bad, (
+        "the package imports a script beside it (benchmarks/, tools/, examples/) or the tests; "
+        "move what both need into the package:\n" + "\n".join(bad)
+    )
+    # The parser sees such an import wherever it is written.
+    source = "def f():\n    from benchmarks import suite\n    import examples.demo\n"
+    targets = [i.target for i in imports_of(source, f"{PACKAGE}.bench", is_package=False)]
+    assert [t.split(".")[0] for t in targets] == ["benchmarks", "examples"]
 
 
 def test_saveables_use_the_layout_not_the_op_level(edges: list[Edge]) -> None:

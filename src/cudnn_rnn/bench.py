@@ -1,90 +1,45 @@
-"""The benchmark suite: our layers against torch.nn, onnxruntime, OpenVINO and Keras, same shapes.
+"""Time a model of your own against ``torch.nn`` and the other runtimes installed.
 
-Shapes (:data:`SHAPES`, in five groups; ``--quick`` runs tiny ones, ``--shapes NAME`` picks):
+``cudnn-rnn bench MODEL`` loads the one model of ``MODEL`` (any file ``cudnn-rnn convert`` reads)
+and times our layer, called as users call it, on a seeded normal input ``[T, B, input_size]``
+against the same weights in each peer that is installed:
 
-* **the issue's shapes**, inference: LSTM and GRU (T 25, B 1, 256 -> 256, 2 layers),
-  LSTM (100, 16, 256), GRU (100, 16, 512), RNN-tanh (50, 16, 1024);
-* **large shapes** (PyTorch's RNN benchmark default, DeepBench, MXNet's CPU numbers), and the
-  linear_input twin of the skip_input row, which checks a target instead of meeting the peers;
-* **serving shapes**: T 25, one layer, input = hidden, B in (1, 4, 16, 64) x H in (256, 512) x
-  every mode; inference only, without Keras, and timed lighter (see :meth:`Timing.lighter`):
-  32 rows of short calls whose medians are steady at that;
-* **a stream**: 40 GRU batches (B 16, H 256, 2 layers), each sequence's length drawn from a
-  seeded RNG in [20, 100], each batch padded to its own longest sequence; one call is the whole
-  stream (inference);
-* **training** (forward + backward, against ``torch.nn``): GRU (100, 32, 1024), LSTM
-  (100, 64, 512), RNN-tanh and RNN-relu (50, 16, 1760), the small LSTM and the other large shapes.
+* ``torch.nn.LSTM/GRU/RNN`` (:func:`cudnn_rnn.convert.to_torch`); variable lengths go through
+  ``pack_padded_sequence`` / ``pad_packed_sequence``, as torch users write it;
+* onnxruntime (default session options) running our :func:`~cudnn_rnn.convert.to_onnx` export
+  and, for full-length inputs, ``torch.onnx.export`` of the ``torch.nn`` module;
+* OpenVINO (``Core().compile_model(path, "CPU")``) running our export, with
+  ``INFERENCE_PRECISION_HINT`` f32: on CPUs with bf16 instructions its default is bf16, which
+  computes something else;
+* Keras 3 (:func:`~cudnn_rnn.convert.to_keras`; backend ``$KERAS_BACKEND``, torch if unset),
+  full-length inputs only.
 
-Method. For every shape the same weights run everywhere, on the same inputs (a seeded NumPy
-normal array per batch, and int32 lengths where sequences are shorter than the batch). Each
-implementation first warms up untimed (``warmup`` seconds and at least :data:`WARMUP_CALLS`
-calls); then they alternate block by block (one untimed call, then enough timed calls to fill
-``block`` seconds), several repeats; the median time per call is reported. Inference is a
-forward pass under ``torch.no_grad()``; training is a forward pass, a backward pass of
-``sum(out * g)`` and dropping the gradients.
+onnxruntime, OpenVINO and Keras run float32 models on CPU. The two runtimes run in a fresh
+process, one after the other, each session released before the next is made: a default
+onnxruntime session keeps its threads spinning after a run, which starved whatever ran next in
+the same process (torch.nn ran up to 10x slower). Each peer's output is compared with ours over
+the valid steps (:func:`compare`); a note says where one differs by more than
+:data:`OUTPUT_TOLERANCE`, and where a runtime leaves values that are not 0 past a sequence's
+length (ours writes 0 there).
 
-Peers (each skipped, with a note, when it is not installed):
+Method (:func:`time_alternating`): every implementation first warms up untimed (``warmup``
+seconds and at least :data:`WARMUP_CALLS` calls); then they alternate block by block (one untimed
+call, then enough timed calls to fill ``block`` seconds), ``repeats`` times, and the median time
+per call is reported. Inference is a forward pass under ``torch.no_grad()``; a training step is
+a forward pass, a backward pass of ``sum(out * g)`` and dropping the gradients, against
+``torch.nn`` only (the only peer that trains).
 
-* ``torch.nn.LSTM/GRU/RNN`` with our weights (``convert.to_torch``); variable lengths go
-  through ``pack_padded_sequence``/``pad_packed_sequence`` as torch users write it;
-* onnxruntime (default session options) running our ``to_onnx`` export and, for full-length
-  shapes, ``torch.onnx.export`` of the ``torch.nn`` module;
-* OpenVINO (``Core().compile_model(path, "CPU")``) running the same file as onnxruntime's
-  first peer, with ``INFERENCE_PRECISION_HINT`` f32: on CPUs with bf16 instructions its default
-  is bf16, which computes something else (differences of 1e-2 on tiny shapes).
-  The runtimes run in a fresh process per shape, one after another, each session released
-  before the next is made: a default onnxruntime session keeps its threads spinning after a
-  run, which starved whatever ran next in the same process (torch.nn ran up to 10x slower).
-  Variable lengths reach them as ``sequence_lens``. Each runtime's output is compared with ours
-  over the valid steps; where they differ by more than 1e-4 the notes say so, and also where a
-  runtime leaves values that are not 0 past a sequence's length (OpenVINO does on some
-  multi-layer models, the GRU stream's; ours and onnxruntime write 0 there);
-* Keras 3 (``convert.to_keras``; backend from ``$KERAS_BACKEND``, torch if unset), full-length
-  shapes outside the serving group only.
-
-``ours`` is our layer called as users call it, on whichever CPU engine the package runs
-(the machine table says which). Ratios are ours over the fastest peer, or over ``torch.nn``
-for training (the only peer that trains).
-
-FLOPs count the multiply-adds of the matrix products (2 per multiply-add; ``skip_input``'s layer
-0 has no input matrix, variable lengths count only valid steps); training counts 3x the forward.
-The matmul peak is the best rate of float32 products on the same machine: 1024, 2048 and 3072
-square, and the input projection of lstm 100x64x512 ((6400, 512) @ (512, 2048)), each by
-torch's matmul and by onnxruntime's MatMul, each the best of at least 5 calls and half a second
-of calls (a single 2048 x 2048 product gave a "peak" that the RNN kernels beat by up to 42%).
-
-B = 1 rows also show a lower bound for their recurrent part: every step reads every recurrent
-matrix (G x H x H float32 per layer and direction; G = 4, 3, 1 for LSTM, GRU, RNN) once, so
-T x layers x directions x G x H x H x 4 bytes over the best read bandwidth measured on a
-buffer of one such matrix, which stays in cache between steps (:func:`cache_bandwidth`). Ours
-over that bound says how far the row is from streaming its weights at cache speed.
-
-Targets (the report's Targets table, each marked met or not from one run's ratios): inference,
-ours / fastest peer <= 0.80 on the issue's and the serving shapes with B >= 8, <= 1.00 with
-B = 1 and on the large shapes, <= 0.85 on the stream (B = 4 has none); training, ours /
-torch.nn <= 0.60 for GRU and RNN, <= 1.00 for LSTM; the large shapes at >= 70% of the matmul
-peak; skip_input no slower than linear_input (+3% noise); dynamic_rnn over compatible cells
-within 1.2x of the fused layer; a training step's peak memory within torch.nn's + 5%.
-
-Peak memory of a training step (training rows only) is measured in a fresh process per
-implementation (Linux: the growth of the peak resident set over one step, the second, from just
-before it, with glibc told to map every block of 64 KiB or more on its own so that the resident
-set follows the live tensors).
-
-``cudnn-rnn bench`` runs it and writes ``benchmarks.md``, ``benchmarks.json`` and
-``benchmarks.png`` into ``--out`` (``make bench``: ``docs/``).
+:func:`measure` does all of it for one layer and a list of input batches; the project's
+benchmark suite (``make bench``: ``benchmarks/suite.py`` in the repository, not in the package)
+runs it on each of its shapes.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.metadata
 import importlib.util
 import json
-import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -92,290 +47,118 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-import cudnn_rnn
-from cudnn_rnn import atomic, convert
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
-from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.layers import _CudnnRNN, layer_of
+from cudnn_rnn import convert
+from cudnn_rnn.layers import _CudnnRNN
 
-__all__ = ["SHAPES", "Shape", "main", "run"]
+__all__ = [
+    "KERAS",
+    "OPENVINO",
+    "ORT_OURS",
+    "ORT_TORCH",
+    "OURS",
+    "OUTPUT_TOLERANCE",
+    "PEERS",
+    "RUNTIMES",
+    "TORCH_NN",
+    "WARMUP_CALLS",
+    "Batch",
+    "Measurement",
+    "Timing",
+    "add_timing_arguments",
+    "check_timing_arguments",
+    "compare",
+    "in_fresh_process",
+    "inference_step",
+    "installed",
+    "layer_call",
+    "measure",
+    "random_batches",
+    "report",
+    "runtime_jobs",
+    "runtime_probe",
+    "sync",
+    "time_alternating",
+    "torch_call",
+    "training_step",
+]
 
-#: The groups of :data:`SHAPES`, in the report's order, with their headings.
-GROUPS = {
-    "issue": "The issue's shapes",
-    "large": "Large shapes",
-    "serving": "Serving shapes (T 25, one layer, input = hidden)",
-    "stream": "A stream of batches (one call = the whole stream)",
-    "training": "Training only",
-}
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One benchmark problem: (T, N, input, hidden, layers, direction), a mode, what runs on it."""
-
-    name: str
-    mode: str
-    steps: int
-    batch: int
-    input_size: int
-    units: int
-    layers: int = 1
-    bidirectional: bool = False
-    skip_input: bool = False
-    #: Variable lengths: evenly spread over ``[varlen, steps]`` (0: every sequence is full), or
-    #: with ``stream``, drawn from a seeded RNG in that range.
-    varlen: int = 0
-    #: Extra rows that check a target rather than compare with the peers.
-    extra: bool = False
-    #: A stream of this many batches, each padded to its own longest sequence (0: one batch).
-    stream: int = 0
-    group: str = "issue"
-    inference: bool = True
-    training: bool = True
-
-    @property
-    def label(self) -> str:
-        steps = f"<={self.steps}" if self.stream else str(self.steps)
-        parts = [
-            self.mode.replace("rnn_", "rnn-"),
-            f"({steps}, {self.batch}, {self.input_size}, {self.units}, {self.layers}, "
-            f"{'bi' if self.bidirectional else 'uni'})",
-        ]
-        if self.skip_input:
-            parts.append("skip_input")
-        if self.stream:
-            parts.append(f"stream of {self.stream} batches,")
-        if self.varlen:
-            parts.append(f"lengths {self.varlen}-{self.steps}")
-        return " ".join(parts)
-
-    def spec(self) -> RNNSpec:
-        return RNNSpec(
-            self.mode,
-            self.layers,
-            self.units,
-            self.input_size,
-            "skip_input" if self.skip_input else "linear_input",
-            "bidirectional" if self.bidirectional else "unidirectional",
-        )
-
-    def batch_lengths(self) -> list[list[int] | None]:
-        """Each batch's sequence lengths (None: every sequence of that batch is full)."""
-        if self.stream:
-            rng = np.random.default_rng(0)
-            return [
-                [int(v) for v in rng.integers(self.varlen, self.steps + 1, self.batch)]
-                for _ in range(self.stream)
-            ]
-        if self.varlen:
-            return [[int(v) for v in np.linspace(self.steps, self.varlen, self.batch).round()]]
-        return [None]
-
-    def lengths(self) -> list[int] | None:
-        """The lengths of the (first) batch."""
-        return self.batch_lengths()[0]
-
-    def forward_flops(self) -> float:
-        spec = self.spec()
-        valid = sum(
-            self.steps * self.batch if lengths is None else sum(lengths)
-            for lengths in self.batch_lengths()
-        )
-        total = 0
-        for layer in range(spec.num_layers):
-            inputs = 0 if (layer == 0 and spec.skip_input) else spec.layer_input_size(layer)
-            total += spec.num_dirs * spec.num_gates * spec.num_units * (inputs + spec.num_units)
-        return 2.0 * total * valid
-
-    def recurrent_matrix(self) -> tuple[int, int]:
-        """The shape of one layer's recurrent matrix in one direction: (G x H, H)."""
-        spec = self.spec()
-        return spec.num_gates * spec.num_units, spec.num_units
-
-    def recurrent_bytes(self) -> int:
-        """Bytes of recurrent weights every step reads: all layers and directions, float32."""
-        rows, cols = self.recurrent_matrix()
-        return self.layers * (2 if self.bidirectional else 1) * rows * cols * 4
-
-
-def _serving_shapes() -> tuple[Shape, ...]:
-    short = {CUDNN_LSTM: "lstm", CUDNN_GRU: "gru", CUDNN_RNN_TANH: "tanh", CUDNN_RNN_RELU: "relu"}
-    return tuple(
-        Shape(f"{short[mode]}-serve-25x{b}x{h}", mode, 25, b, h, h, group="serving", training=False)
-        for h in (256, 512)
-        for b in (1, 4, 16, 64)
-        for mode in short
-    )
-
-
-#: The issue's shapes (PyTorch's RNN benchmark default, DeepBench, MXNet's CPU numbers, serving),
-#: grouped as :data:`GROUPS` says.
-SHAPES: tuple[Shape, ...] = (
-    Shape("lstm-2-25x1x256", CUDNN_LSTM, 25, 1, 256, 256, 2),
-    Shape("gru-2-25x1x256", CUDNN_GRU, 25, 1, 256, 256, 2, training=False),
-    Shape("lstm-100x16x256", CUDNN_LSTM, 100, 16, 256, 256, training=False),
-    Shape("gru-100x16x512", CUDNN_GRU, 100, 16, 512, 512, training=False),
-    Shape("tanh-50x16x1024", CUDNN_RNN_TANH, 50, 16, 1024, 1024, training=False),
-    Shape("lstm-100x64x512", CUDNN_LSTM, 100, 64, 512, 512, group="large"),
-    Shape("lstm-50x64x500", CUDNN_LSTM, 50, 64, 500, 500, group="large"),
-    Shape("gru-100x32x1024", CUDNN_GRU, 100, 32, 1024, 1024, group="large"),
-    Shape("lstm-3bi-100x32x256", CUDNN_LSTM, 100, 32, 256, 256, 3, True, group="large"),
-    Shape(
-        "tanh-skip-50x16x1760", CUDNN_RNN_TANH, 50, 16, 1760, 1760, skip_input=True, group="large"
-    ),
-    Shape("tanh-linear-50x16x1760", CUDNN_RNN_TANH, 50, 16, 1760, 1760, extra=True, group="large"),
-    Shape(
-        "lstm-2bi-varlen-100x32x256",
-        CUDNN_LSTM,
-        100,
-        32,
-        256,
-        256,
-        2,
-        True,
-        varlen=50,
-        group="large",
-    ),
-    *_serving_shapes(),
-    Shape(
-        "gru-2-stream-16x256",
-        CUDNN_GRU,
-        100,
-        16,
-        256,
-        256,
-        2,
-        varlen=20,
-        stream=40,
-        group="stream",
-        training=False,
-    ),
-    Shape("relu-50x16x1760", CUDNN_RNN_RELU, 50, 16, 1760, 1760, group="training", inference=False),
-)
-#: Small shapes for a quick check of the suite itself (``--quick``): one of each group.
-QUICK_SHAPES: tuple[Shape, ...] = (
-    Shape("lstm-quick", CUDNN_LSTM, 10, 4, 16, 16, 2),
-    Shape("gru-quick-varlen", CUDNN_GRU, 10, 4, 16, 16, 1, True, varlen=3, group="large"),
-    Shape("relu-quick-skip", CUDNN_RNN_RELU, 10, 4, 16, 16, skip_input=True, group="large"),
-    Shape("tanh-quick-serve", CUDNN_RNN_TANH, 5, 1, 16, 16, group="serving", training=False),
-    Shape(
-        "gru-quick-stream",
-        CUDNN_GRU,
-        10,
-        4,
-        16,
-        16,
-        2,
-        varlen=3,
-        stream=3,
-        group="stream",
-        training=False,
-    ),
-)
-#: dynamic_rnn over compatible cells is compared with the fused layer on this shape.
-DYNAMIC_RNN_SHAPE = next(s for s in SHAPES if s.name == "lstm-100x64x512")
+OURS, TORCH_NN = "ours", "torch.nn"
+ORT_OURS, ORT_TORCH = "onnxruntime (our export)", "onnxruntime (torch export)"
+OPENVINO, KERAS = "openvino (our export)", "keras"
+#: Every implementation ours is compared with, in the order tables list them.
+PEERS = (TORCH_NN, ORT_OURS, ORT_TORCH, OPENVINO, KERAS)
+#: The runtime (and its pip package) behind each peer that runs an ONNX file.
+RUNTIMES = {ORT_OURS: "onnxruntime", ORT_TORCH: "onnxruntime", OPENVINO: "openvino"}
+#: A peer whose output differs from ours by more than this gets a note.
+OUTPUT_TOLERANCE = 1e-4
+#: Untimed calls each function makes at least before it is timed, however short the warm-up:
+#: the first makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's
+#: build), the second runs warm and measures the block size.
+WARMUP_CALLS = 2
 
 
 @dataclass(frozen=True)
 class Timing:
     """How long each implementation runs: see :func:`time_alternating`."""
 
-    repeats: int
-    block: float
-    warmup: float
+    repeats: int = 5
+    block: float = 0.2
+    warmup: float = 1.0
 
     def lighter(self) -> Timing:
-        """The serving rows' timing: at most 3 repeats of half blocks after half the warm-up."""
+        """At most 3 repeats of half blocks after half the warm-up (short calls)."""
         return Timing(min(self.repeats, 3), self.block / 2, self.warmup / 2)
 
-    def for_shape(self, shape: Shape) -> Timing:
-        return self.lighter() if shape.group == "serving" else self
 
-
-@dataclass
-class Row:
-    """Median seconds per call of each implementation on one shape (None: not run)."""
-
-    shape: Shape
-    inference: dict[str, float] = field(default_factory=dict)
-    training: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    #: max |output - ours| of each runtime peer, over the valid steps.
-    max_abs_diff: dict[str, float] = field(default_factory=dict)
-    #: B = 1: the recurrent weights' read time at the measured cache bandwidth (seconds).
-    bound: float | None = None
-    #: The bandwidth that bound used (bytes/s).
-    cache_bandwidth: float | None = None
-
-
-OURS, TORCH_NN = "ours", "torch.nn"
-ORT_OURS, ORT_TORCH = "onnxruntime (our export)", "onnxruntime (torch export)"
-OPENVINO, KERAS = "openvino (our export)", "keras"
-PEERS = (TORCH_NN, ORT_OURS, ORT_TORCH, OPENVINO, KERAS)
-#: The runtime (and its pip package) behind each peer that runs an ONNX file.
-RUNTIMES = {ORT_OURS: "onnxruntime", ORT_TORCH: "onnxruntime", OPENVINO: "openvino"}
-#: A runtime whose output differs from ours by more than this gets a note.
-OUTPUT_TOLERANCE = 1e-4
-
-
-# -- building the implementations ------------------------------------------------------------------
-
-
-def _make(shape: Shape, device: str, seed: int = 0) -> tuple[_CudnnRNN, Tensor, Tensor | None]:
-    torch.manual_seed(seed)
-    layer = layer_of(shape.spec(), device=device)
-    x = torch.randn(shape.steps, shape.batch, shape.input_size, device=device)
-    lengths = shape.lengths()
-    return layer, x, (torch.tensor(lengths) if lengths is not None else None)
-
-
+#: One input batch: ``x [T, B, input_size]`` (float32) and its int32 sequence lengths (None:
+#: every sequence is full).
 Batch = tuple[np.ndarray, np.ndarray | None]
 
 
-def _batches(shape: Shape) -> list[Batch]:
-    """The inputs every implementation runs on: a seeded normal array [T, B, input] per batch
-    (a stream's batch as long as its longest sequence) and its int32 lengths (None: full)."""
-    rng = np.random.default_rng(0)
+def random_batches(
+    batch: int,
+    input_size: int,
+    steps: Sequence[int],
+    lengths: Sequence[Sequence[int] | None] | None = None,
+    seed: int = 0,
+) -> list[Batch]:
+    """One seeded normal ``[steps[i], batch, input_size]`` float32 array per entry of ``steps``,
+    each with ``lengths[i]`` as int32 (None: full), all drawn from one generator.
+
+    >>> [(x.shape, n) for x, n in random_batches(2, 3, [4])]
+    [((4, 2, 3), None)]
+    """
+    lengths = [None] * len(steps) if lengths is None else lengths
+    if len(lengths) != len(steps):
+        raise ValueError(
+            f"random_batches: {len(steps)} batch lengths in steps but {len(lengths)} in lengths."
+        )
+    rng = np.random.default_rng(seed)
     out: list[Batch] = []
-    for lengths in shape.batch_lengths():
-        steps = max(lengths) if (shape.stream and lengths is not None) else shape.steps
-        x = rng.standard_normal((steps, shape.batch, shape.input_size), dtype=np.float32)
-        out.append((x, None if lengths is None else np.asarray(lengths, np.int32)))
+    for count, valid in zip(steps, lengths):
+        x = rng.standard_normal((count, batch, input_size), dtype=np.float32)
+        out.append((x, None if valid is None else np.asarray(valid, np.int32)))
     return out
 
 
-def _feeds(shape: Shape, input_name: str) -> list[dict[str, np.ndarray]]:
-    """:func:`_batches` as feeds of an ONNX model's inputs."""
-    feeds = []
-    for x, lengths in _batches(shape):
-        feed = {input_name: x}
-        if lengths is not None:
-            feed["sequence_lens"] = lengths
-        feeds.append(feed)
-    return feeds
+# -- calling the implementations -------------------------------------------------------------------
 
 
-def _torch_batches(shape: Shape, device: str) -> list[tuple[Tensor, Tensor | None]]:
-    return [
-        (
-            torch.from_numpy(x).to(device),
-            None if lengths is None else torch.from_numpy(lengths).long(),
-        )
-        for x, lengths in _batches(shape)
-    ]
+def layer_call(layer: _CudnnRNN, x: Tensor, lengths: Tensor | None) -> Tensor:
+    """Our layer's outputs on time-major ``x`` (with ``sequence_lengths``), as users call it."""
+    out: Tensor = layer(x, sequence_lengths=lengths)[0]
+    return out
 
 
-def _torch_call(module: torch.nn.Module, x: Tensor, lengths: Tensor | None) -> Tensor:
+def torch_call(module: torch.nn.Module, x: Tensor, lengths: Tensor | None) -> Tensor:
+    """A ``torch.nn`` RNN's outputs on time-major ``x``; lengths through packed sequences."""
     if lengths is None:
         out: Tensor = module(x)[0]
         return out
@@ -384,12 +167,9 @@ def _torch_call(module: torch.nn.Module, x: Tensor, lengths: Tensor | None) -> T
     return torch.nn.utils.rnn.pad_packed_sequence(packed_out, total_length=x.shape[0])[0]
 
 
-def _ours_call(layer: _CudnnRNN, x: Tensor, lengths: Tensor | None) -> Tensor:
-    out: Tensor = layer(x, sequence_lengths=lengths)[0]
-    return out
+def inference_step(call: Callable[[], Any]) -> Callable[[], None]:
+    """``call`` under ``torch.no_grad()``."""
 
-
-def _inference(call: Callable[[], Any]) -> Callable[[], None]:
     def run() -> None:
         with torch.no_grad():
             call()
@@ -397,9 +177,11 @@ def _inference(call: Callable[[], Any]) -> Callable[[], None]:
     return run
 
 
-def _training(
+def training_step(
     call: Callable[[], Tensor], params: Sequence[torch.nn.Parameter], grad_out: Tensor
 ) -> Callable[[], None]:
+    """A forward pass, the backward pass of ``sum(out * grad_out)``, the gradients dropped."""
+
     def run() -> None:
         out = call()
         (out * grad_out).sum().backward()  # type: ignore[no-untyped-call]
@@ -409,240 +191,25 @@ def _training(
     return run
 
 
-# -- the runtimes that run an ONNX file, in a fresh process ---------------------------------------
-
-
-def _installed(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
-
-
-def _ort_session(path: str) -> Any:
-    import onnxruntime as ort
-
-    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-
-
-def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """A function of the feeds that returns the model's first output, as ``runtime`` runs it."""
-    if runtime == "onnxruntime":
-        session = _ort_session(path)
-        return lambda feeds: session.run(None, feeds)[0]
-    import openvino
-
-    # f32: OpenVINO's default on CPUs with bf16 instructions is bf16 inference.
-    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    return lambda feeds: compiled(feeds)[0]
-
-
-def _time_runtime(
-    peer: str, path: str, input_name: str, shape: Shape, expected: list[np.ndarray], timing: Timing
-) -> dict[str, float]:
-    """Seconds per call of one runtime on ``path``, and :func:`_compare` of its outputs with
-    ``expected``; the session is released when this returns."""
-    run = _runtime_session(RUNTIMES[peer], path)
-    feeds = _feeds(shape, input_name)
-    compared = [_compare(run(f), want, f.get("sequence_lens")) for f, want in zip(feeds, expected)]
-
-    def call() -> None:
-        for f in feeds:
-            run(f)
-
-    seconds = time_alternating(
-        {peer: call},
-        repeats=timing.repeats,
-        block=timing.block,
-        warmup=timing.warmup,
-    )[peer]
-    return {
-        "seconds": seconds,
-        "max_abs_diff": max(c[0] for c in compared),
-        "max_abs_padding": max(c[1] for c in compared),
-    }
-
-
-def _compare(got: np.ndarray, want: np.ndarray, lengths: np.ndarray | None) -> tuple[float, float]:
-    """max |got - want| over the valid steps, and max |got| past each sequence's length (ours
-    writes 0 there; OpenVINO leaves other values on some multi-layer models).
-    """
-    if lengths is None:
-        lengths = np.full(got.shape[1], got.shape[0])
-    valid = np.arange(got.shape[0])[:, None] < lengths[None, :]
-    diff = np.abs(got - want)[valid]
-    padding = np.abs(got)[~valid]
-    return float(diff.max(initial=0.0)), float(padding.max(initial=0.0))
-
-
-def _runtime_probe(
-    shape: Shape, jobs: list[list[str]], expected: str, repeats: int, block: float, warmup: float
-) -> str:
-    """JSON: for each ``[peer, model path, input name]``, :func:`_time_runtime`'s result or
-    ``{"error"}``; the jobs run one after another, each session released before the next.
-
-    ``expected`` is an ``.npz`` of our outputs on :func:`_batches`, one array per batch.
-    """
-    with np.load(expected) as saved:
-        want = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    timing = Timing(repeats, block, warmup)
-    results: dict[str, Any] = {}
-    for peer, path, input_name in jobs:
-        try:
-            results[peer] = _time_runtime(peer, path, input_name, shape, want, timing)
-        except Exception as err:  # a model the runtime refuses: the others still run
-            results[peer] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
-    return json.dumps(results)
-
-
-def _runtime_jobs(
-    shape: Shape, layer: _CudnnRNN, x: Tensor, tmp: str, notes: list[str]
-) -> list[list[str]]:
-    """Export the models the installed runtimes run: ``[peer, path, input name]`` each."""
-    runtimes = {name: _installed(name) for name in sorted(set(RUNTIMES.values()))}
-    notes += [
-        f"{name} not installed (pip install {name})" for name, ok in runtimes.items() if not ok
-    ]
-    if not any(runtimes.values()):
-        return []
-    varlen = shape.varlen > 0
-    path = os.path.join(tmp, f"{shape.name}.onnx")
-    try:
-        convert.to_onnx(layer, path, sequence_lens=varlen, initial_state=False)
-    except ImportError as err:
-        notes.append(f"no ONNX export ({err}): onnxruntime and OpenVINO not compared")
-        return []
-    jobs = [[peer, path, "X"] for peer in (ORT_OURS, OPENVINO) if runtimes[RUNTIMES[peer]]]
-    if varlen:
-        notes.append("torch.onnx.export: full-length sequences only (no packed sequences)")
-    elif runtimes["onnxruntime"]:
-        exported = os.path.join(tmp, f"{shape.name}-torch.onnx")
-        module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(module, (x,), exported, dynamo=False, input_names=["x"])
-        jobs.insert(1, [ORT_TORCH, exported, "x"])
-    return jobs
-
-
-def _runtime_peers(
-    shape: Shape,
-    layer: _CudnnRNN,
-    batches: Sequence[tuple[Tensor, Tensor | None]],
-    tmp: str,
-    timing: Timing,
-    row: Row,
-) -> None:
-    """Inference seconds of onnxruntime and OpenVINO on ``row``, measured in a fresh process
-    (default sessions spin their threads after a run, which would starve torch if they shared
-    its process), and how far each output is from ours."""
-    jobs = _runtime_jobs(shape, layer, batches[0][0], tmp, row.notes)
-    if not jobs:
-        return
-    expected = os.path.join(tmp, f"{shape.name}-ours.npz")
-    with torch.no_grad():
-        np.savez(expected, *[_ours_call(layer, x, n).cpu().numpy() for x, n in batches])
-    try:
-        out = _in_fresh_process(
-            "_runtime_probe",
-            shape,
-            jobs,
-            expected,
-            timing.repeats,
-            timing.block,
-            timing.warmup,
-            timeout=1800,
+def _tensors(
+    batches: Sequence[Batch], device: str, dtype: torch.dtype
+) -> list[tuple[Tensor, Tensor | None]]:
+    return [
+        (
+            torch.from_numpy(x).to(device=device, dtype=dtype),
+            None if lengths is None else torch.from_numpy(lengths).long(),
         )
-    except RuntimeError as err:
-        row.notes.append(f"onnxruntime/OpenVINO probe on {shape.name} failed: {err}")
-        return
-    for peer, result in json.loads(out).items():
-        if "error" in result:
-            row.notes.append(f"{peer} failed on {shape.name}: {result['error']}")
-            continue
-        row.inference[peer] = result["seconds"]
-        row.max_abs_diff[peer] = result["max_abs_diff"]
-        if result["max_abs_diff"] > OUTPUT_TOLERANCE:
-            row.notes.append(
-                f"{peer} differs from ours on {shape.name}: "
-                f"max |output - ours| = {result['max_abs_diff']:.1e} over the valid steps"
-            )
-        if result["max_abs_padding"] > 0:
-            row.notes.append(
-                f"{peer} leaves outputs that are not 0 past the sequence lengths (ours writes 0; "
-                f"max {result['max_abs_padding']:.1e} on {shape.name})"
-            )
-
-
-def _in_fresh_process(
-    function: str, *args: Any, timeout: float, env: dict[str, str] | None = None
-) -> str:
-    """The last line ``bench.<function>(*args)`` prints, run in a fresh interpreter (a
-    :class:`Shape` argument travels as JSON); RuntimeError with the last line of its error output
-    if it fails."""
-    code = (
-        "import json, sys; from cudnn_rnn import bench; "
-        "a = [bench.Shape(**v) if isinstance(v, dict) else v for v in json.loads(sys.argv[2])]; "
-        "print(getattr(bench, sys.argv[1])(*a))"
-    )
-    encoded = json.dumps([asdict(a) if isinstance(a, Shape) else a for a in args])
-    done = subprocess.run(
-        [sys.executable, "-c", code, function, encoded],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise RuntimeError(last)
-    return done.stdout.strip().splitlines()[-1]
-
-
-def _keras_peer(
-    layer: _CudnnRNN, x: Tensor, lengths: Tensor | None, notes: list[str]
-) -> Callable[[], None] | None:
-    if x.device.type != "cpu":
-        return None
-    if lengths is not None:
-        notes.append("Keras: full-length sequences only here, not compared")
-        return None
-    keras_layers = _keras_layers(layer, notes)
-    if keras_layers is None:
-        return None
-    xb = x.transpose(0, 1).contiguous()
-
-    def keras_call() -> None:
-        y: Any = xb
-        for k in keras_layers:
-            y = k(y)
-
-    return keras_call
-
-
-def _keras_layers(layer: _CudnnRNN, notes: list[str]) -> list[Any] | None:
-    os.environ.setdefault("KERAS_BACKEND", "torch")
-    try:
-        import keras
-    except ImportError:
-        notes.append("Keras not installed")
-        return None
-    notes_backend = f"Keras {keras.__version__} on the {keras.backend.backend()} backend"
-    if notes_backend not in notes:
-        notes.append(notes_backend)
-    made: list[Any] = convert.to_keras(layer)
-    return made
+        for x, lengths in batches
+    ]
 
 
 # -- timing ----------------------------------------------------------------------------------------
 
 
-def _sync(device: str) -> None:
+def sync(device: str) -> None:
+    """Wait for the device's queued work (CUDA); nothing to wait for on a CPU."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-#: Untimed calls each function makes at least before it is timed, however short ``warmup`` is:
-#: the first makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's
-#: build), the second runs warm and measures the block size.
-WARMUP_CALLS = 2
 
 
 def time_alternating(
@@ -657,793 +224,61 @@ def time_alternating(
 
     Each function first runs untimed for ``warmup`` seconds and at least
     :data:`WARMUP_CALLS` calls; the time of one more call sets how many calls fill a block.
+    Then, ``repeats`` times, each function makes one untimed call (whatever the previous one left
+    running settles) and a timed block.
     """
     counts: dict[str, int] = {}
     for name, fn in fns.items():
         calls, start = 0, time.perf_counter()
         while calls < WARMUP_CALLS or time.perf_counter() - start < warmup:
             fn()
-            _sync(device)
+            sync(device)
             calls += 1
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         once = time.perf_counter() - start
         counts[name] = max(1, min(1000, int(block / max(once, 1e-6))))
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            fn()  # untimed: whatever the previous implementation left running settles
-            _sync(device)
+            fn()
+            sync(device)
             start = time.perf_counter()
             for _ in range(counts[name]):
                 fn()
-            _sync(device)
+            sync(device)
             samples[name].append((time.perf_counter() - start) / counts[name])
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def best_time(
-    fn: Callable[[], Any], device: str = "cpu", *, seconds: float = 0.5, calls: int = 5
-) -> float:
-    """The shortest of at least ``calls`` calls and ``seconds`` of calls, after one untimed."""
-    fn()
-    best, made, start = math.inf, 0, time.perf_counter()
-    while made < calls or time.perf_counter() - start < seconds:
-        _sync(device)
-        begin = time.perf_counter()
-        fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - begin)
-        made += 1
-    return best
-
-
-#: The float32 products ``(M, K, N)`` whose best rate is the matmul peak: three square sizes
-#: and the input projection of lstm 100x64x512, the kind of product an RNN's input side makes.
-PEAK_SIZES: tuple[tuple[int, int, int], ...] = (
-    (1024, 1024, 1024),
-    (2048, 2048, 2048),
-    (3072, 3072, 3072),
-    (6400, 512, 2048),
-)
-QUICK_PEAK_SIZES: tuple[tuple[int, int, int], ...] = ((256, 256, 256),)
-
-
-def matmul_peak(
-    device: str = "cpu", sizes: Sequence[tuple[int, int, int]] = PEAK_SIZES
-) -> tuple[float, str]:
-    """Best FLOP/s of float32 ``(M, K) @ (K, N)`` over ``sizes``, and what reached it.
-
-    On CPU both torch's matmul (MKL) and onnxruntime's (MLAS) are tried: MKL is slow on some
-    CPUs (AMD) where the RNN kernels are not, which would put them above the "peak".
-    """
-    rates: dict[str, float] = {}
-    for m, k, n in sizes:
-        a = torch.randn(m, k, device=device)
-        b = torch.randn(k, n, device=device)
-        rates.update(_matmul_rates(a, b, device))
-    engine = max(rates, key=rates.__getitem__)
-    return rates[engine], engine
-
-
-def _matmul_rates(a: Tensor, b: Tensor, device: str) -> dict[str, float]:
-    (m, k), n = a.shape, b.shape[1]
-    flops, size = 2.0 * m * k * n, f"({m}, {k}) @ ({k}, {n})"
-    rates = {f"torch.matmul {size}": flops / best_time(lambda: a @ b, device)}
-    if device == "cpu" and _installed("onnxruntime") and _installed("onnx"):
-        rates[f"onnxruntime MatMul {size}"] = flops / _ort_matmul_time(a.numpy(), b.numpy())
-    return rates
-
-
-def _ort_matmul_time(a: np.ndarray, b: np.ndarray) -> float:
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    (m, k), n = a.shape, b.shape[1]
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "B"], ["C"])],
-        "matmul",
-        [
-            helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k]),
-            helper.make_tensor_value_info("B", TensorProto.FLOAT, [k, n]),
-        ],
-        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [m, n])],
-    )
-    opsets = [helper.make_opsetid("", 17)]
-    model = helper.make_model(
-        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets)
-    )
-    onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.add_session_config_entry("session.force_spinning_stop", "1")
-    session = ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
-    return best_time(lambda: session.run(None, {"A": a, "B": b}))
-
-
-def cache_bandwidth(rows: int, cols: int, device: str = "cpu") -> float:
-    """Best bytes/s of reading a float32 ``[rows, cols]`` buffer that stays in cache.
-
-    The best of three reads, each timed by :func:`best_time`: ``torch.mv`` (what a B = 1
-    recurrent step does), a sum, and a sum over the buffer expanded to read it k times in one
-    call (64 MiB in all), which leaves out the per-call overhead that dominates a small buffer.
-    """
-    buffer = torch.randn(rows, cols, device=device)
-    vector = torch.randn(cols, device=device)
-    repeat = max(1, (64 << 20) // buffer.nbytes)
-    expanded = buffer.expand(repeat, rows, cols)
-    reads = (
-        (buffer.nbytes, lambda: torch.mv(buffer, vector)),
-        (buffer.nbytes, lambda: buffer.sum()),
-        (repeat * buffer.nbytes, lambda: expanded.sum()),
-    )
-    return max(nbytes / best_time(read, device, seconds=0.1) for nbytes, read in reads)
-
-
-# -- one shape -------------------------------------------------------------------------------------
-
-
-def bench_shape(shape: Shape, *, device: str, timing: Timing, peers: bool, tmp: str) -> Row:
-    """Time ``shape``: inference and training as the shape asks, peers where they apply."""
-    row = Row(shape)
-    layer, _, _ = _make(shape, device)
-    module = convert.to_torch(layer).to(device)
-    batches = _torch_batches(shape, device)
-    timed = asdict(timing)
-    if shape.inference:
-        inf: dict[str, Callable[[], None]] = {
-            OURS: _inference(lambda: [_ours_call(layer, x, n) for x, n in batches]),
-            TORCH_NN: _inference(lambda: [_torch_call(module, x, n) for x, n in batches]),
-        }
-        use_peers = peers and not shape.extra
-        if use_peers and shape.group == "serving":
-            row.notes.append("Keras: not run on the serving shapes (to keep the suite short)")
-        elif use_peers and not shape.stream:
-            keras_call = _keras_peer(layer, *batches[0], row.notes)
-            if keras_call is not None:
-                inf[KERAS] = _inference(keras_call)
-        row.inference = time_alternating(inf, device=device, **timed)
-        if use_peers and device == "cpu":
-            _runtime_peers(shape, layer, batches, tmp, timing, row)
-        elif use_peers:
-            row.notes.append("onnxruntime, OpenVINO and Keras: compared on CPU only")
-    if shape.training:
-        x, lengths = batches[0]
-        grad_out = torch.randn(
-            x.shape[0], shape.batch, shape.units * (2 if shape.bidirectional else 1), device=device
-        )
-        if lengths is not None:  # the padded outputs are 0 on every side: the same loss
-            mask = torch.arange(x.shape[0])[:, None] < lengths[None, :]
-            grad_out = grad_out * mask.to(device).unsqueeze(-1)
-        train = {
-            OURS: _training(
-                lambda: _ours_call(layer, x, lengths), list(layer.parameters()), grad_out
-            ),
-            TORCH_NN: _training(
-                lambda: _torch_call(module, x, lengths), list(module.parameters()), grad_out
-            ),
-        }
-        row.training = time_alternating(train, device=device, **timed)
-    return row
-
-
-def bench_dynamic_rnn(
-    shape: Shape, *, device: str, repeats: int, block: float, tmp: str, warmup: float = 1.0
-) -> Row:
-    """``dynamic_rnn`` over a MultiRNNCell of compatible cells vs the fused layer (same weights)."""
-    from cudnn_rnn import checkpoint
-    from cudnn_rnn.cells import CudnnCompatibleGRUCell, CudnnCompatibleLSTMCell, MultiRNNCell
-
-    row = Row(shape)
-    layer, x, lengths = _make(shape, device)
-    cell_cls = CudnnCompatibleLSTMCell if shape.mode == CUDNN_LSTM else CudnnCompatibleGRUCell
-    cells = MultiRNNCell([cell_cls(shape.units, device=device) for _ in range(shape.layers)])
-    path = os.path.join(tmp, "dynamic_rnn.safetensors")
-    checkpoint.save(path, layer)
-    checkpoint.restore(path, cells)
-    grad_out = torch.randn(shape.steps, shape.batch, shape.units, device=device)
-
-    def fused() -> Tensor:
-        return _ours_call(layer, x, lengths)
-
-    def stepwise() -> Tensor:
-        return cudnn_rnn.dynamic_rnn(cells, x, sequence_length=lengths, time_major=True)[0]
-
-    with torch.no_grad():
-        diff = float((fused() - stepwise()).abs().max())
-    row.notes.append(f"max |dynamic_rnn - layer| = {diff:.1e}")
-    row.inference = time_alternating(
-        {OURS: _inference(fused), "dynamic_rnn": _inference(stepwise)},
-        repeats=repeats,
-        block=block,
-        device=device,
-        warmup=warmup,
-    )
-    row.training = time_alternating(
-        {
-            OURS: _training(fused, list(layer.parameters()), grad_out),
-            "dynamic_rnn": _training(stepwise, list(cells.parameters()), grad_out),
-        },
-        repeats=repeats,
-        block=block,
-        device=device,
-        warmup=warmup,
-    )
-    return row
-
-
-# -- peak memory of a training step, one fresh process per measurement -----------------------------
-
-
-def _peak_rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise OSError("no VmHWM in /proc/self/status")
-
-
-def _memory_probe(shape: Shape, impl: str, device: str) -> int:
-    """Bytes the peak resident set grows by over a training step (the second one)."""
-    layer, x, lengths = _make(shape, device)
-    grad_out = torch.ones(
-        shape.steps, shape.batch, shape.units * (2 if shape.bidirectional else 1), device=device
-    )
-    module = convert.to_torch(layer).to(device)  # both models exist in both cases
-    if impl == TORCH_NN:
-        step = _training(
-            lambda: _torch_call(module, x, lengths), list(module.parameters()), grad_out
-        )
-    else:
-        step = _training(lambda: _ours_call(layer, x, lengths), list(layer.parameters()), grad_out)
-    if device.startswith("cuda"):
-        step()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        return int(torch.cuda.max_memory_allocated() - before)
-    step()  # one-time allocations (skip_input's identity, oneDNN primitives) are not per step
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak to the current resident set
-    before = _peak_rss_kib()
-    step()
-    return (_peak_rss_kib() - before) * 1024
-
-
-def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
-    """Run :func:`_memory_probe` in a fresh interpreter; None where the OS cannot measure it.
-
-    A probe that fails raises RuntimeError with the last line of its error output.
-    """
-    if not device.startswith("cuda") and not os.path.exists("/proc/self/clear_refs"):
-        return None
-    # glibc: every block of 64 KiB or more is its own mapping, returned when freed, so the
-    # resident set follows the live tensors (no reuse of freed heap hiding an allocation).
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    try:
-        return int(_in_fresh_process("_memory_probe", shape, impl, device, timeout=600, env=env))
-    except RuntimeError as err:
-        raise RuntimeError(f"memory probe of {impl} on {shape.name} failed: {err}") from err
-
-
-# -- the report ------------------------------------------------------------------------------------
-
-
-def _fastest_peer(times: dict[str, float]) -> tuple[str, float] | None:
-    peers = [(name, times[name]) for name in PEERS if name in times]
-    return min(peers, key=lambda p: p[1]) if peers else None
-
-
-def _ms(seconds: float | None) -> str:
-    return "–" if seconds is None else f"{seconds * 1e3:.3g}"
-
-
-def machine() -> dict[str, str]:
-    engine = getattr(cudnn_rnn, "cpu_engine", None)
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cudnn_rnn": cudnn_rnn.__version__,
-        "our CPU engine": str(engine()) if callable(engine) else "torch",
-        "platform": platform.platform(),
-        "cpu": _cpu_name(),
-        "cores (torch threads)": f"{os.cpu_count()} ({torch.get_num_threads()})",
-    }
-    for name in ("onnxruntime", "openvino", "keras"):
-        try:
-            info[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            info[name] = "not installed"
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-        info["cudnn"] = str(torch.backends.cudnn.version())  # type: ignore[no-untyped-call]
-    return info
-
-
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def _rate(flops: float, seconds: float, peak: float) -> str:
-    return f"{flops / seconds / 1e9:.1f} ({100 * flops / seconds / peak:.0f}%)"
-
-
-def _bound(row: Row) -> str:
-    if row.bound is None or row.cache_bandwidth is None:
-        return "–"
-    ratio = row.inference[OURS] / row.bound
-    return f"{_ms(row.bound)} at {row.cache_bandwidth / 1e9:.0f} GB/s ({ratio:.1f}x)"
-
-
-def _inference_lines(rows: Sequence[Row], peak: float) -> list[str]:
-    lines = [
-        f"| shape | {' | '.join((OURS, *PEERS))} | ours / fastest peer "
-        "| ours GFLOP/s (% of peak) | B = 1: weight-read bound ms at cache bandwidth "
-        "(ours / bound) |",
-        "|---" * (len(PEERS) + 5) + "|",
-    ]
-    for group, title in GROUPS.items():
-        members = [r for r in rows if r.shape.group == group and r.inference]
-        if not members:
-            continue
-        lines.append(f"| **{title}** |" + " |" * (len(PEERS) + 4))
-        for row in members:
-            t = row.inference
-            best = _fastest_peer(t)
-            ratio = f"**{t[OURS] / best[1]:.2f}** ({best[0]})" if best else "–"
-            lines.append(
-                f"| {row.shape.label} | "
-                + " | ".join(_ms(t.get(k)) for k in (OURS, *PEERS))
-                + f" | {ratio} | {_rate(row.shape.forward_flops(), t[OURS], peak)} "
-                f"| {_bound(row)} |"
-            )
-    return lines
-
-
-def _training_lines(rows: Sequence[Row], peak: float) -> list[str]:
-    lines = [
-        "| shape | ours | torch.nn | ours / torch.nn | ours GFLOP/s (% of peak) "
-        "| peak memory ours / torch.nn (MiB) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        t, mem = row.training, row.memory
-        if not t:
-            continue
-        memory = (
-            f"{mem[OURS] / 2**20:.1f} / {mem[TORCH_NN] / 2**20:.1f} ({_memory_ratio(mem):.2f}x)"
-            if OURS in mem and TORCH_NN in mem
-            else "–"
-        )
-        lines.append(
-            f"| {row.shape.label} | {_ms(t[OURS])} | {_ms(t[TORCH_NN])} | "
-            f"**{t[OURS] / t[TORCH_NN]:.2f}** "
-            f"| {_rate(3 * row.shape.forward_flops(), t[OURS], peak)} | {memory} |"
-        )
-    return lines
-
-
-def report(
-    rows: Sequence[Row],
-    dynamic: Row | None,
-    peak: float,
-    info: dict[str, str],
-    device: str,
-) -> str:
-    """The Markdown report."""
-    lines = [
-        "# Benchmarks",
-        "",
-        "Written by `make bench` (`cudnn-rnn bench`, the suite in `src/cudnn_rnn/bench.py`); "
-        "the method is in that module's docstring. Times are milliseconds per call, medians "
-        "of alternating blocks in one process (onnxruntime and OpenVINO: in a fresh process per "
-        "shape). Ratios below 1 mean we are faster.",
-        "",
-        f"Device: **{device}**. Matmul peak (the best float32 rate over the products the "
-        "module docstring lists, torch's and onnxruntime's): "
-        f"**{peak / 1e9:.1f} GFLOP/s** ({info.get('matmul peak engine', '?')}).",
-        "",
-        "| | |",
-        "|---|---|",
-        *(f"| {k} | {v} |" for k, v in info.items()),
-        "",
-        "## Inference (forward, no gradient)",
-        "",
-        "The weight-read bound of a B = 1 row: every step reads each recurrent matrix "
-        "(G x H x H float32 per layer and direction) once, T x that many bytes over the best "
-        "read bandwidth measured on a buffer of one matrix (it stays in cache); ours / bound "
-        "says how far the row is from reading its weights at cache speed.",
-        "",
-        *_inference_lines(rows, peak),
-        "",
-        "## Training (forward + backward)",
-        "",
-        *_training_lines(rows, peak),
-        "",
-        "## Targets",
-        "",
-        "Every target of the issue, from this run's ratios (the module docstring says which "
-        "rows each covers; the serving rows with B = 4 have none).",
-        "",
-        "| target | worst | met | rows off target |",
-        "|---|---|---|---|",
-        *_targets(rows, dynamic, peak),
-    ]
-    if dynamic is not None:
-        lines += [
-            "",
-            "## dynamic_rnn over compatible cells vs the fused layer",
-            "",
-            f"`dynamic_rnn(MultiRNNCell([CudnnCompatible...Cell] * {dynamic.shape.layers}))` "
-            f"on {dynamic.shape.label}, weights restored from the layer's checkpoint "
-            f"({'; '.join(dynamic.notes)}).",
-            "",
-            "| | ours (layer) | dynamic_rnn | dynamic_rnn / layer |",
-            "|---|---|---|---|",
-        ]
-        for kind, t in (("inference", dynamic.inference), ("training", dynamic.training)):
-            lines.append(
-                f"| {kind} | {_ms(t[OURS])} | {_ms(t['dynamic_rnn'])} | "
-                f"**{t['dynamic_rnn'] / t[OURS]:.2f}** |"
-            )
-    notes = sorted({n for row in rows for n in row.notes})
-    if notes:
-        lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
-    return "\n".join(lines) + "\n"
-
-
-#: Where a target that is not met is explained (relative to the report in ``docs/``).
-TARGETS_LINK = "design_notes.md#targets-not-met-and-why"
-
-
-def _memory_ratio(mem: dict[str, int]) -> float:
-    """Ours / torch.nn peak memory; a tiny shape can leave torch.nn's measured growth at 0 bytes."""
-    return mem[OURS] / max(mem[TORCH_NN], 1)
-
-
-def _target(
-    text: str,
-    values: Sequence[tuple[str, float]],
-    limit: float,
-    *,
-    at_least: bool = False,
-    percent: bool = False,
-) -> str:
-    """One row of the targets table: ``values`` (row name, value) against ``limit``."""
-    if not values:
-        return f"| {text} | – | no such row in this run | |"
-
-    def shown(v: float) -> str:
-        return f"{100 * v:.0f}%" if percent else f"{v:.2f}"
-
-    off = [(name, v) for name, v in values if (v < limit if at_least else v > limit)]
-    name, worst = (min if at_least else max)(values, key=lambda p: p[1])
-    met = "**met**" if not off else f"**not met** ([why]({TARGETS_LINK}))"
-    return (
-        f"| {text} | {shown(worst)} ({name}) | {met} | "
-        + ", ".join(f"{n} {shown(v)}" for n, v in off)
-        + " |"
-    )
-
-
-def _targets(rows: Sequence[Row], dynamic: Row | None, peak: float) -> list[str]:
-    def vs_fastest(keep: Callable[[Shape], bool]) -> list[tuple[str, float]]:
-        return [
-            (r.shape.name, r.inference[OURS] / best[1])
-            for r in rows
-            if r.inference and not r.shape.extra and keep(r.shape)
-            if (best := _fastest_peer(r.inference))
-        ]
-
-    def vs_torch(keep: Callable[[Shape], bool]) -> list[tuple[str, float]]:
-        return [
-            (r.shape.name, r.training[OURS] / r.training[TORCH_NN])
-            for r in rows
-            if r.training and keep(r.shape)
-        ]
-
-    out = [
-        _target(
-            "Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80",
-            vs_fastest(lambda s: s.group in ("issue", "serving") and s.batch >= 8),
-            0.80,
-        ),
-        _target(
-            "Inference, B = 1: ours / fastest peer <= 1.00",
-            vs_fastest(lambda s: s.batch == 1),
-            1.00,
-        ),
-        _target(
-            "Inference, large shapes: ours / fastest peer <= 1.00",
-            vs_fastest(lambda s: s.group == "large"),
-            1.00,
-        ),
-        _target(
-            "Inference, the stream: ours / fastest peer <= 0.85",
-            vs_fastest(lambda s: s.group == "stream"),
-            0.85,
-        ),
-        _target(
-            "Training, GRU and RNN: ours / torch.nn <= 0.60",
-            vs_torch(lambda s: s.mode != CUDNN_LSTM),
-            0.60,
-        ),
-        _target(
-            "Training, LSTM: ours / torch.nn <= 1.00",
-            vs_torch(lambda s: s.mode == CUDNN_LSTM),
-            1.00,
-        ),
-        _target(
-            "Inference, large shapes: ours >= 70% of the matmul peak",
-            [
-                (r.shape.name, r.shape.forward_flops() / r.inference[OURS] / peak)
-                for r in rows
-                if r.inference and r.shape.group == "large" and not r.shape.extra
-            ],
-            0.70,
-            at_least=True,
-            percent=True,
-        ),
-    ]
-    skip = next((r for r in rows if r.shape.skip_input and r.inference and r.training), None)
-    twin = next(
-        (
-            r
-            for r in rows
-            if skip is not None
-            and not r.shape.skip_input
-            and _problem(r.shape) == _problem(skip.shape)
-            and r.inference
-            and r.training
-        ),
-        None,
-    )
-    if skip is not None and twin is not None:
-        out.append(
-            _target(
-                "skip_input / linear_input on the same shape <= 1.00 (+3% noise)",
-                [
-                    ("inference", skip.inference[OURS] / twin.inference[OURS]),
-                    ("training", skip.training[OURS] / twin.training[OURS]),
-                ],
-                1.03,
-            )
-        )
-    if dynamic is not None:
-        out.append(
-            _target(
-                f"dynamic_rnn over compatible cells / fused layer <= 1.2 (T = "
-                f"{dynamic.shape.steps})",
-                [
-                    (kind, getattr(dynamic, kind)["dynamic_rnn"] / getattr(dynamic, kind)[OURS])
-                    for kind in ("inference", "training")
-                ],
-                1.2,
-            )
-        )
-    out.append(
-        _target(
-            "Peak memory of a training step <= torch.nn's + 5%",
-            [(r.shape.name, _memory_ratio(r.memory)) for r in rows if len(r.memory) == 2],
-            1.05,
-        )
-    )
-    return out
-
-
-def _problem(shape: Shape) -> tuple[object, ...]:
-    """What a shape computes, but for skip_input and how it is reported."""
-    return (
-        shape.mode,
-        shape.steps,
-        shape.batch,
-        shape.input_size,
-        shape.units,
-        shape.layers,
-        shape.bidirectional,
-        shape.varlen,
-        shape.stream,
-    )
-
-
-def chart(rows: Sequence[Row], path: Path, device: str) -> bool:
-    """Bar charts of our time over the peers'; False when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    inf_rows = [r for r in rows if r.inference and not r.shape.extra]
-    train_rows = [r for r in rows if r.training]
-    panels = [
-        (
-            "inference",
-            inf_rows,
-            [
-                (
-                    "vs fastest peer",
-                    [
-                        r.inference[OURS] / b[1] if (b := _fastest_peer(r.inference)) else math.nan
-                        for r in inf_rows
-                    ],
-                ),
-                ("vs torch.nn", [r.inference[OURS] / r.inference[TORCH_NN] for r in inf_rows]),
-            ],
-        ),
-        (
-            "training",
-            train_rows,
-            [("vs torch.nn", [r.training[OURS] / r.training[TORCH_NN] for r in train_rows])],
-        ),
-    ]
-    panels = [p for p in panels if p[1]]
-    if not panels:
-        return False
-    width_in = max(11.0, 0.3 * max(len(p[1]) for p in panels))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(width_in, 4.5 * len(panels)), squeeze=False)
-    for ax, (kind, members, series) in zip(axes[:, 0], panels):
-        width = 0.8 / len(series)
-        for i, (label, values) in enumerate(series):
-            xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(members))]
-            ax.bar(xs, values, width, label=f"{kind} {label}")
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_yscale("log")  # 0.5 and 2 equally far from 1
-        ax.set_xticks(range(len(members)))
-        ax.set_xticklabels([r.shape.name for r in members], fontsize=7, rotation=90)
-        ax.set_ylabel("our time / peer's (lower is better)")
-        ax.legend()
-    axes[0, 0].set_title(f"cudnn_rnn vs peers on {device}")
-    fig.tight_layout()
-    atomic.write_file(path, lambda f: fig.savefig(f, dpi=110, format="png"))
-    plt.close(fig)
-    return True
-
-
-# -- driver ----------------------------------------------------------------------------------------
-
-
-def run(
-    shapes: Sequence[Shape],
-    *,
-    out: Path,
-    device: str = "cpu",
-    repeats: int = 5,
-    block: float = 0.2,
-    peers: bool = True,
-    memory: bool = True,
-    dynamic: Shape | None = DYNAMIC_RNN_SHAPE,
-    warmup: float = 1.0,
-    peak_sizes: Sequence[tuple[int, int, int]] = PEAK_SIZES,
-    log: Callable[[str], None] = print,
-) -> tuple[list[Row], Row | None]:
-    """Run the suite and write ``benchmarks.{md,json,png}`` into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    timing = Timing(repeats, block, warmup)
-    rows: list[Row] = []
-    peak, engine = matmul_peak(device, peak_sizes)
-    log(f"matmul peak {peak / 1e9:.1f} GFLOP/s on {device} ({engine})")
-    bandwidths: dict[tuple[int, int], float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for k, shape in enumerate(shapes, 1):
-            log(f"[{k}/{len(shapes)}] {shape.label} ...")
-            row = bench_shape(
-                shape, device=device, timing=timing.for_shape(shape), peers=peers, tmp=tmp
-            )
-            if shape.batch == 1 and shape.inference:
-                matrix = shape.recurrent_matrix()
-                if matrix not in bandwidths:
-                    bandwidths[matrix] = cache_bandwidth(*matrix, device=device)
-                row.cache_bandwidth = bandwidths[matrix]
-                row.bound = shape.steps * shape.recurrent_bytes() / row.cache_bandwidth
-            if memory and shape.training:
-                _measure_row_memory(row, device, log)
-            rows.append(row)
-            log("    " + _summary(row))
-        dyn = None
-        if dynamic is not None:
-            log(f"dynamic_rnn vs layer on {dynamic.label} ...")
-            dyn = bench_dynamic_rnn(
-                dynamic, device=device, repeats=repeats, block=block, tmp=tmp, warmup=warmup
-            )
-    info = machine()
-    info["matmul peak engine"] = engine
-    atomic.write_file(out / "benchmarks.md", report(rows, dyn, peak, info, device).encode())
-    record = {
-        "device": device,
-        "matmul_peak_flops": peak,
-        "machine": info,
-        "rows": [asdict(r) for r in rows],
-        "dynamic_rnn": None
-        if dyn is None
-        else {
-            "shape": asdict(dyn.shape),
-            "inference": dyn.inference,
-            "training": dyn.training,
-            "notes": dyn.notes,
-        },
-    }
-    atomic.write_file(out / "benchmarks.json", (json.dumps(record, indent=1) + "\n").encode())
-    if not chart(rows, out / "benchmarks.png", device):
-        log("matplotlib is not installed: no chart (pip install matplotlib)")
-    return rows, dyn
-
-
-def _measure_row_memory(row: Row, device: str, log: Callable[[str], None]) -> None:
-    for impl in (OURS, TORCH_NN):
-        try:
-            value = measure_memory(row.shape, impl, device)
-        except RuntimeError as err:
-            log(f"    {err}")
-            row.notes.append(str(err))
-            continue
-        if value is not None:
-            row.memory[impl] = value
-
-
-def _summary(row: Row) -> str:
-    """One log line about a measured row."""
-    parts = []
-    if row.inference:
-        best = _fastest_peer(row.inference)
-        parts.append(
-            f"inference ours {_ms(row.inference[OURS])} ms"
-            + (f", fastest peer {best[0]} {_ms(best[1])} ms" if best else "")
-        )
-    if row.training:
-        parts.append(f"training ours/torch.nn {row.training[OURS] / row.training[TORCH_NN]:.2f}")
-    return "; ".join(parts)
-
-
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="cudnn-rnn bench", description=__doc__)
-    parser.add_argument("--out", default="bench-out", help="folder for benchmarks.{md,json,png}")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--repeats``, ``--block`` and ``--warmup`` (:class:`Timing`'s defaults);
+    :func:`check_timing_arguments` checks their values."""
+    defaults = Timing()
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     parser.add_argument(
-        "--repeats", type=int, default=5, help="blocks per implementation (serving rows: <= 3)"
+        "--repeats",
+        type=int,
+        default=defaults.repeats,
+        help=f"timed blocks per implementation (default: {defaults.repeats})",
     )
     parser.add_argument(
-        "--block", type=float, default=0.2, help="seconds per timed block (serving rows: half)"
+        "--block",
+        type=float,
+        default=defaults.block,
+        help=f"seconds per timed block (default: {defaults.block})",
     )
     parser.add_argument(
         "--warmup",
         type=float,
-        default=1.0,
-        help="seconds of untimed calls per implementation (serving rows: half)",
+        default=defaults.warmup,
+        help=f"seconds of untimed calls per implementation, at least {WARMUP_CALLS} calls "
+        f"(default: {defaults.warmup})",
     )
-    parser.add_argument("--quick", action="store_true", help="tiny shapes: a check of the suite")
-    parser.add_argument(
-        "--shapes",
-        nargs="+",
-        metavar="NAME",
-        help=f"only these shapes (dynamic_rnn only with {DYNAMIC_RNN_SHAPE.name})",
-    )
-    parser.add_argument("--no-peers", action="store_true", help="only ours and torch.nn")
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory probes")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_checked(build_parser().parse_args(argv))
-
-
-def run_checked(args: argparse.Namespace, prog: str = "cudnn-rnn bench") -> int:
-    """:func:`run_args`; bad options or an unwritable --out: one line on stderr, exit code 2."""
-    try:
-        return run_args(args)
-    except (ValueError, OSError) as err:  # e.g. --repeats 0, --shapes nope
-        print(f"{prog}: error: {err}".splitlines()[0], file=sys.stderr)
-        return 2
-
-
-def check_args(args: argparse.Namespace) -> None:
+def check_timing_arguments(args: argparse.Namespace) -> None:
     """The checks argparse's types do not make; ValueError with one line saying what to do."""
     if args.repeats < 1:
         raise ValueError(f"--repeats must be an integer >= 1, got {args.repeats}.")
@@ -1463,34 +298,405 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--device {args.device}: CUDA is not available here; use --device cpu.")
 
 
-def run_args(args: argparse.Namespace) -> int:
-    """Run the suite as the parsed options say; ValueError (one line) on bad options."""
-    check_args(args)
-    shapes = QUICK_SHAPES if args.quick else SHAPES
-    if args.shapes:
-        known = {s.name: s for s in (*SHAPES, *QUICK_SHAPES)}
-        unknown = [n for n in args.shapes if n not in known]
-        if unknown:
-            raise ValueError(
-                f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(known)}"
+# -- comparing outputs -----------------------------------------------------------------------------
+
+
+def compare(got: np.ndarray, want: np.ndarray, lengths: np.ndarray | None) -> tuple[float, float]:
+    """max |got - want| over the valid steps of time-major outputs, and max |got| past each
+    sequence's length (ours writes 0 there; OpenVINO leaves other values on some multi-layer
+    models).
+
+    >>> compare(np.ones((2, 1, 1)), np.zeros((2, 1, 1)), np.array([1]))
+    (1.0, 1.0)
+    """
+    if lengths is None:
+        lengths = np.full(got.shape[1], got.shape[0])
+    valid = np.arange(got.shape[0])[:, None] < lengths[None, :]
+    diff = np.abs(got - want)[valid]
+    padding = np.abs(got)[~valid]
+    return float(diff.max(initial=0.0)), float(padding.max(initial=0.0))
+
+
+def _compare_all(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], batches: Sequence[Batch]
+) -> tuple[float, float]:
+    pairs = [compare(o, e, n) for o, e, (_, n) in zip(outputs, expected, batches)]
+    return max(p[0] for p in pairs), max(p[1] for p in pairs)
+
+
+# -- one layer against its peers -------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """Median seconds per call of each implementation (missing: not run), how far each peer's
+    output is from ours, and notes on what was left out and why."""
+
+    inference: dict[str, float] = field(default_factory=dict)
+    training: dict[str, float] = field(default_factory=dict)
+    #: max |output - ours| of each peer, over the valid steps.
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def check(self, peer: str, diff: float, padding: float, label: str) -> None:
+        """Record ``peer``'s distance from ours; a note where it is off."""
+        self.max_abs_diff[peer] = diff
+        if not diff <= OUTPUT_TOLERANCE:  # NaN too
+            self.notes.append(
+                f"{peer} differs from ours on {label}: "
+                f"max |output - ours| = {diff:.1e} over the valid steps"
             )
-        shapes = tuple(known[n] for n in args.shapes)
-    dynamic = QUICK_SHAPES[0] if args.quick else DYNAMIC_RNN_SHAPE
-    run(
-        shapes,
-        out=Path(args.out),
-        device=args.device,
-        repeats=args.repeats,
-        block=args.block,
-        peers=not args.no_peers,
-        memory=not args.no_memory,
-        dynamic=dynamic if dynamic in shapes else None,
-        peak_sizes=QUICK_PEAK_SIZES if args.quick else PEAK_SIZES,
-        warmup=args.warmup,
+        if padding > 0:
+            self.notes.append(
+                f"{peer} leaves outputs that are not 0 past the sequence lengths (ours writes 0; "
+                f"max {padding:.1e} on {label})"
+            )
+
+
+def measure(
+    layer: _CudnnRNN,
+    batches: Sequence[Batch],
+    *,
+    device: str = "cpu",
+    timing: Timing | None = None,
+    inference: bool = True,
+    training: bool = False,
+    keras: bool = True,
+    runtimes: bool = True,
+    label: str = "the model",
+) -> Measurement:
+    """Time ``layer`` against its peers on ``batches`` (one call runs all of them).
+
+    Inference: ours, ``torch.nn`` and, with ``keras``, Keras, alternating in this process; then,
+    with ``runtimes``, onnxruntime and OpenVINO in a fresh one. Training (on the first batch):
+    ours and ``torch.nn``. ``timing`` defaults to :class:`Timing`'s defaults; ``label`` names
+    the model in the notes.
+    """
+    timing = Timing() if timing is None else timing
+    result = Measurement()
+    tensors = _tensors(batches, device, layer.dtype)
+    module = _torch_peer(layer, device, result.notes)
+    with torch.no_grad():
+        ours = [layer_call(layer, x, n) for x, n in tensors]
+        expected = [o.detach().to("cpu", torch.float32).numpy() for o in ours]
+    if inference:
+        fns = {OURS: inference_step(lambda: [layer_call(layer, x, n) for x, n in tensors])}
+        if module is not None:
+            fns[TORCH_NN] = inference_step(lambda: [torch_call(module, x, n) for x, n in tensors])
+            with torch.no_grad():
+                got = [
+                    torch_call(module, x, n).to("cpu", torch.float32).numpy() for x, n in tensors
+                ]
+            result.check(TORCH_NN, *_compare_all(got, expected, batches), label)
+        on_cpu = torch.device(device).type == "cpu"
+        float32 = layer.dtype == torch.float32
+        if keras and on_cpu and float32:
+            keras_call = _keras_peer(layer, tensors, expected, batches, result, label)
+            if keras_call is not None:
+                fns[KERAS] = inference_step(keras_call)
+        result.inference = time_alternating(fns, device=device, **_timed(timing))
+        if (keras or runtimes) and not on_cpu:
+            result.notes.append("onnxruntime, OpenVINO and Keras: compared on CPU only")
+        elif (keras or runtimes) and not float32:
+            result.notes.append("onnxruntime, OpenVINO and Keras: compared on float32 models only")
+        elif runtimes:
+            _runtime_peers(layer, batches, tensors[0][0], expected, timing, result, label)
+    if training:
+        x, lengths = tensors[0]
+        grad_out = torch.randn(
+            ours[0].shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32
+        ).to(device=device, dtype=ours[0].dtype)
+        if lengths is not None:  # the padded outputs are 0 on every side: the same loss
+            mask = torch.arange(x.shape[0])[:, None] < lengths[None, :]
+            grad_out = grad_out * mask.to(device).unsqueeze(-1)
+        train = {
+            OURS: training_step(
+                lambda: layer_call(layer, x, lengths), [*layer.parameters()], grad_out
+            )
+        }
+        if module is not None:
+            train[TORCH_NN] = training_step(
+                lambda: torch_call(module, x, lengths), [*module.parameters()], grad_out
+            )
+        result.training = time_alternating(train, device=device, **_timed(timing))
+    return result
+
+
+def _timed(timing: Timing) -> dict[str, Any]:
+    return {"repeats": timing.repeats, "block": timing.block, "warmup": timing.warmup}
+
+
+def _torch_peer(layer: _CudnnRNN, device: str, notes: list[str]) -> torch.nn.Module | None:
+    try:
+        module: torch.nn.Module = convert.to_torch(layer)
+    except (ValueError, TypeError) as err:  # e.g. a projection torch.nn cannot hold
+        notes.append(f"torch.nn: not compared ({_first_line(err)})")
+        return None
+    return module.to(device)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
+def _keras_peer(
+    layer: _CudnnRNN,
+    tensors: Sequence[tuple[Tensor, Tensor | None]],
+    expected: Sequence[np.ndarray],
+    batches: Sequence[Batch],
+    result: Measurement,
+    label: str,
+) -> Callable[[], None] | None:
+    """Keras's forward over the batches (batch-major, as Keras takes them), its distance from
+    ours recorded; None (with a note) where it cannot run."""
+    if any(n is not None for _, n in tensors):
+        result.notes.append("Keras: full-length sequences only here, not compared")
+        return None
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    try:
+        import keras
+    except ImportError:
+        result.notes.append("Keras not installed")
+        return None
+    backend = f"Keras {keras.__version__} on the {keras.backend.backend()} backend"
+    if backend not in result.notes:
+        result.notes.append(backend)
+    try:
+        made: list[Any] = convert.to_keras(layer)
+    except (ValueError, TypeError, ImportError) as err:  # e.g. a projection Keras has not
+        result.notes.append(f"Keras: not compared ({_first_line(err)})")
+        return None
+    inputs = [x.transpose(0, 1).contiguous() for x, _ in tensors]
+
+    def run(xb: Tensor) -> Any:
+        y: Any = xb
+        for k in made:
+            y = k(y)
+        return y
+
+    with torch.no_grad():
+        got = [np.swapaxes(_numpy(run(xb)), 0, 1) for xb in inputs]
+    result.check(KERAS, *_compare_all(got, expected, batches), label)
+
+    def keras_call() -> None:
+        for xb in inputs:
+            run(xb)
+
+    return keras_call
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """A backend's tensor as a NumPy array (torch's directly: NumPy 2 warns on its __array__)."""
+    if isinstance(value, Tensor):
+        return value.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+# -- the runtimes that run an ONNX file, in a fresh process ----------------------------------------
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported (without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def runtime_jobs(
+    layer: _CudnnRNN, x: Tensor, tmp: str, notes: list[str], *, varlen: bool
+) -> list[list[str]]:
+    """Export the models the installed runtimes run into ``tmp``: ``[peer, path, input name]``
+    each. ``x`` traces ``torch.onnx.export``, which takes full-length sequences only."""
+    runtimes = {name: installed(name) for name in sorted(set(RUNTIMES.values()))}
+    notes += [
+        f"{name} not installed (pip install {name})" for name, ok in runtimes.items() if not ok
+    ]
+    if not any(runtimes.values()):
+        return []
+    path = os.path.join(tmp, "ours.onnx")
+    try:
+        convert.to_onnx(layer, path, sequence_lens=varlen, initial_state=False)
+    except (ImportError, ValueError, TypeError) as err:
+        notes.append(f"no ONNX export ({_first_line(err)}): onnxruntime and OpenVINO not compared")
+        return []
+    jobs = [[peer, path, "X"] for peer in (ORT_OURS, OPENVINO) if runtimes[RUNTIMES[peer]]]
+    if varlen:
+        notes.append("torch.onnx.export: full-length sequences only (no packed sequences)")
+    elif runtimes["onnxruntime"]:
+        exported = os.path.join(tmp, "torch.onnx")
+        module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (x,), exported, dynamo=False, input_names=["x"])
+        jobs.insert(1, [ORT_TORCH, exported, "x"])
+    return jobs
+
+
+def _runtime_peers(
+    layer: _CudnnRNN,
+    batches: Sequence[Batch],
+    x: Tensor,
+    expected: Sequence[np.ndarray],
+    timing: Timing,
+    result: Measurement,
+    label: str,
+) -> None:
+    """Inference seconds of onnxruntime and OpenVINO, measured in a fresh process, and how far
+    each output is from ours."""
+    with tempfile.TemporaryDirectory() as tmp:
+        varlen = any(n is not None for _, n in batches)
+        jobs = runtime_jobs(layer, x, tmp, result.notes, varlen=varlen)
+        if not jobs:
+            return
+        inputs, want = os.path.join(tmp, "inputs.npz"), os.path.join(tmp, "expected.npz")
+        arrays = {f"x{i}": x for i, (x, _) in enumerate(batches)}
+        arrays |= {f"lengths{i}": n for i, (_, n) in enumerate(batches) if n is not None}
+        np.savez(inputs, **arrays)  # type: ignore[arg-type]
+        np.savez(want, *expected)
+        try:
+            out = in_fresh_process(
+                __name__,
+                "runtime_probe",
+                [jobs, inputs, want, timing.repeats, timing.block, timing.warmup],
+                timeout=1800,
+            )
+        except RuntimeError as err:
+            result.notes.append(f"onnxruntime/OpenVINO probe on {label} failed: {err}")
+            return
+    for peer, measured in json.loads(out).items():
+        if "error" in measured:
+            result.notes.append(f"{peer} failed on {label}: {measured['error']}")
+            continue
+        result.inference[peer] = measured["seconds"]
+        result.check(peer, measured["max_abs_diff"], measured["max_abs_padding"], label)
+
+
+def runtime_probe(
+    jobs: list[list[str]], inputs: str, expected: str, repeats: int, block: float, warmup: float
+) -> str:
+    """JSON: for each ``[peer, model path, input name]``, seconds per call of the runtime on the
+    batches in ``inputs`` (an ``.npz`` of ``x<i>`` and ``lengths<i>``) and how far its outputs
+    are from ``expected`` (an ``.npz`` of one array per batch), or ``{"error"}``. The jobs run
+    one after another, each session released before the next; run in a fresh process by
+    :func:`measure`."""
+    with np.load(inputs) as saved:
+        count = sum(name.startswith("x") for name in saved.files)
+        batches = [
+            (saved[f"x{i}"], saved[f"lengths{i}"] if f"lengths{i}" in saved.files else None)
+            for i in range(count)
+        ]
+    with np.load(expected) as saved:
+        want = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    timing = Timing(repeats, block, warmup)
+    results: dict[str, Any] = {}
+    for peer, path, input_name in jobs:
+        try:
+            results[peer] = _time_runtime(peer, path, input_name, batches, want, timing)
+        except Exception as err:  # a model the runtime refuses: the others still run
+            results[peer] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
+    return json.dumps(results)
+
+
+def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """A function of the feeds that returns the model's first output, as ``runtime`` runs it."""
+    if runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return lambda feeds: session.run(None, feeds)[0]
+    import openvino
+
+    # f32: OpenVINO's default on CPUs with bf16 instructions is bf16 inference.
+    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return lambda feeds: compiled(feeds)[0]
+
+
+def _time_runtime(
+    peer: str,
+    path: str,
+    input_name: str,
+    batches: Sequence[Batch],
+    expected: Sequence[np.ndarray],
+    timing: Timing,
+) -> dict[str, float]:
+    run = _runtime_session(RUNTIMES[peer], path)
+    feeds = [{input_name: x, **({} if n is None else {"sequence_lens": n})} for x, n in batches]
+    diff, padding = _compare_all([run(f) for f in feeds], expected, batches)
+
+    def call() -> None:
+        for f in feeds:
+            run(f)
+
+    seconds = time_alternating({peer: call}, **_timed(timing))[peer]
+    return {"seconds": seconds, "max_abs_diff": diff, "max_abs_padding": padding}
+
+
+def in_fresh_process(
+    module: str,
+    function: str,
+    args: Sequence[Any],
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    path: Sequence[str] = (),
+) -> str:
+    """The last line ``module.function(*args)`` prints, run in a fresh interpreter.
+
+    ``args`` travel as JSON; ``path`` goes in front of the child's ``sys.path``. RuntimeError
+    with the last line of the child's error output if it fails.
+    """
+    code = (
+        "import importlib, json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+        "m = importlib.import_module(sys.argv[2]); "
+        "print(getattr(m, sys.argv[3])(*json.loads(sys.argv[4])))"
     )
-    print(f"wrote {Path(args.out) / 'benchmarks.md'}")
-    return 0
+    argv = [json.dumps(list(path)), module, function, json.dumps(list(args))]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        raise RuntimeError(last)
+    return done.stdout.strip().splitlines()[-1]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# -- the table -------------------------------------------------------------------------------------
+
+
+def report(result: Measurement) -> list[str]:
+    """``cudnn-rnn bench``'s tables: milliseconds per call, ours over each, the output distance.
+
+    >>> print("\\n".join(report(Measurement({OURS: 0.002, TORCH_NN: 0.004}, {}, {TORCH_NN: 0.0}))))
+    inference (forward under torch.no_grad()), median ms per call:
+      implementation      ms  ours / it  max |output - ours|
+      ours                 2       1.00                    -
+      torch.nn             4       0.50              0.0e+00
+    """
+    lines: list[str] = []
+    for title, times, diffs in (
+        ("inference (forward under torch.no_grad())", result.inference, result.max_abs_diff),
+        ("training step (forward + backward)", result.training, {}),
+    ):
+        if not times:
+            continue
+        names = [n for n in (OURS, *PEERS) if n in times]
+        width = max(len("implementation"), *(len(n) for n in names))
+        lines += [
+            f"{title}, median ms per call:",
+            f"  {'implementation':<{width}}  {'ms':>6}  ours / it"
+            + ("  max |output - ours|" if diffs else ""),
+        ]
+        for name in names:
+            ratio = times[OURS] / times[name]
+            diff = f"{diffs[name]:.1e}" if name in diffs else "-"
+            lines.append(
+                f"  {name:<{width}}  {times[name] * 1e3:>6.3g}  {ratio:>9.2f}"
+                + (f"  {diff:>19}" if diffs else "")
+            )
+    if result.notes:
+        lines += ["notes:", *(f"  - {note}" for note in dict.fromkeys(result.notes))]
+    return lines

@@ -1,15 +1,13 @@
-"""The ``cudnn-rnn`` command: demo, inspect, convert and benchmark RNN models and checkpoints.
+"""The ``cudnn-rnn`` command: inspect, convert and benchmark RNN models and checkpoints.
 
 ``cudnn-rnn inspect PATH`` lists tensors (name, shape, dtype) and the model configuration it
 detects, for our safetensors checkpoints, TF1 checkpoints (``PREFIX`` or ``PREFIX.index``), ONNX
 models, torch state_dicts (``.pt``/``.pth``) and Keras 2 ``.h5`` files (read only; ``--layer``
 picks one RNN layer). ``cudnn-rnn convert SRC DST`` moves one model between those formats; the
 destination's format follows its extension (``.safetensors``, ``.onnx``, ``.pt``/``.pth``),
-anything else is written as a TF1 checkpoint prefix.
-``cudnn-rnn demo`` trains a character language model on ``CudnnLSTM`` and checks its checkpoint
-in compatible cells and ``torch.nn.LSTM`` (see :mod:`cudnn_rnn.demo`). ``cudnn-rnn bench`` runs
-the benchmark suite against ``torch.nn``, onnxruntime, OpenVINO and Keras and writes
-``benchmarks.md``, ``.json`` and ``.png`` (see :mod:`cudnn_rnn.bench`).
+anything else is written as a TF1 checkpoint prefix. ``cudnn-rnn bench MODEL`` times the one
+model of any of those files against the same weights in ``torch.nn`` and, where installed,
+onnxruntime, OpenVINO and Keras, and prints a table (see :mod:`cudnn_rnn.bench`).
 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do; so does
 every path that cannot be read or written (a name too long, a directory that cannot be searched or
@@ -32,9 +30,10 @@ from typing import Any
 
 import torch
 
-from cudnn_rnn import atomic, checkpoint, convert, demo
+from cudnn_rnn import atomic, bench, checkpoint, convert
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.tf_names import TFName
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
@@ -54,12 +53,16 @@ _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
 }
 
 
-class UsageError(Exception):
+class UsageError(CudnnRNNError):
     """A problem the user can fix; printed as one line, exit code 2."""
 
 
 class _OutputError(UsageError):
     """The output cannot be written: its line names the output, not the source."""
+
+
+class _OptionError(UsageError):
+    """An option's value is wrong: its line names the option, not the source."""
 
 
 def detect_models(shapes: dict[str, tuple[int, ...]]) -> list[dict[str, Any]]:
@@ -534,10 +537,9 @@ def _convert(args: argparse.Namespace) -> None:
 
 DESCRIPTION = (
     "cudnn-rnn: TensorFlow 1.x's tf.contrib.cudnn_rnn re-created on PyTorch (cuDNN-exact LSTM, "
-    "GRU and RNN layers on CPU and GPU). This command trains and verifies a demo model, inspects "
-    "and converts RNN checkpoints and models (our safetensors, TF1 checkpoints without "
-    "TensorFlow, ONNX, torch state_dicts, Keras 2 .h5 files) and benchmarks the library "
-    "against its peers."
+    "GRU and RNN layers on CPU and GPU). This command inspects and converts RNN checkpoints and "
+    "models (our safetensors, TF1 checkpoints without TensorFlow, ONNX, torch state_dicts, "
+    "Keras 2 .h5 files) and times one against torch.nn and the other runtimes installed."
 )
 EPILOG = "Run 'cudnn-rnn COMMAND --help' for the options of a command."
 
@@ -545,13 +547,6 @@ EPILOG = "Run 'cudnn-rnn COMMAND --help' for the options of a command."
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cudnn-rnn", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    demo_cmd = sub.add_parser(
-        "demo",
-        help="train, save, restore and verify a CudnnLSTM character model",
-        description=demo.DESCRIPTION,
-        epilog=demo.EPILOG,
-    )
-    demo.add_arguments(demo_cmd)
     inspect = sub.add_parser(
         "inspect",
         help="list the tensors and the detected model(s) of a file",
@@ -568,64 +563,102 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert_cmd.add_argument("src")
     convert_cmd.add_argument("dst")
-    convert_cmd.add_argument(
-        "--layer",
-        metavar="NAME",
-        help="which RNN layer of a Keras .h5 file to convert (when it holds several)",
+    bench_cmd = sub.add_parser(
+        "bench",
+        help="time a model against torch.nn, onnxruntime, OpenVINO and Keras",
+        description="Time the one model of MODEL (any file convert reads) on a seeded random "
+        "input [T, B, input size] against the same weights in torch.nn and, where installed, "
+        "onnxruntime, OpenVINO and Keras (CPU, float32); print milliseconds per call, ours over "
+        "each, and how far each output is from ours.",
+        epilog="Times are medians of timed blocks that alternate between the implementations, "
+        "after an untimed warm-up; ours / it below 1 means ours is faster.",
     )
-    for p in (inspect, convert_cmd):
+    bench_cmd.add_argument("path", metavar="MODEL")
+    bench_cmd.add_argument(
+        "--steps", type=int, default=100, help="time steps T of the input (default: 100)"
+    )
+    bench_cmd.add_argument(
+        "--batch", type=int, default=16, help="sequences B of the input (default: 16)"
+    )
+    bench_cmd.add_argument(
+        "--training",
+        action="store_true",
+        help="also time a training step (forward and backward) against torch.nn",
+    )
+    bench_cmd.add_argument(
+        "--no-peers", action="store_true", help="only ours and torch.nn (no runtimes, no Keras)"
+    )
+    bench.add_timing_arguments(bench_cmd)
+    for p in (convert_cmd, bench_cmd):
+        p.add_argument(
+            "--layer",
+            metavar="NAME",
+            help="which RNN layer of a Keras .h5 file to take (when it holds several)",
+        )
+    for p in (inspect, convert_cmd, bench_cmd):
         p.add_argument(
             "--activation",
             choices=("tanh", "relu"),
             help="for plain RNNs, whose files do not record it (Keras .h5 weights-only files: "
             "the plain layers used cuDNN's activations, SimpleRNNs this one)",
         )
-    from cudnn_rnn import bench  # its options; the suite itself runs only in _bench
-
-    bench_cmd = sub.add_parser(
-        "bench",
-        help="benchmark against torch.nn, onnxruntime, OpenVINO and Keras",
-        description=(bench.__doc__ or "").split("\n\n")[0].replace("``", ""),
-        epilog="Writes benchmarks.md, benchmarks.json and benchmarks.png into --out (make bench: "
-        "docs/). --quick runs tiny shapes: a check of the suite, not a measurement.",
-    )
-    bench.build_parser(bench_cmd)
     return parser
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _bench(args: argparse.Namespace) -> None:
     try:
-        config = demo.config_from_args(args)
+        bench.check_timing_arguments(args)
     except ValueError as err:
-        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
-        return 2
-    try:
-        return demo.run(config)
-    except OSError as err:  # e.g. the disk filled up under --out
-        print(f"cudnn-rnn: error: {err}".splitlines()[0], file=sys.stderr)
-        return 2
+        raise _OptionError(str(err)) from None
+    for option, value in (("--steps", args.steps), ("--batch", args.batch)):
+        if value < 1:
+            raise _OptionError(f"{option} must be an integer >= 1, got {value}.")
+    layer = load_layer(args.path, args.activation, args.layer).to(args.device)
+    batches = bench.random_batches(args.batch, layer.input_size, [args.steps])
+    dtype = str(layer.dtype).removeprefix("torch.")
+    proj = f", projection {layer.num_proj}" if layer.num_proj else ""
+    print(
+        f"{args.path}: {type(layer).__name__}, {layer.num_layers} layer(s), {layer.num_units} "
+        f"units{proj}, {layer.direction}, input size {layer.input_size}, {dtype}"
+    )
+    print(
+        f"input: T {args.steps}, B {args.batch} (seeded normal, time-major) on {args.device}; "
+        f"our engine: {_engine(args.device)}"
+    )
+    timing = bench.Timing(args.repeats, args.block, args.warmup)
+    peers = not args.no_peers
+    measured = bench.measure(
+        layer,
+        batches,
+        device=args.device,
+        timing=timing,
+        training=args.training,
+        keras=peers,
+        runtimes=peers,
+        label=args.path,
+    )
+    print("\n".join(bench.report(measured)))
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from cudnn_rnn import bench
+def _engine(device: str) -> str:
+    """Our engine in words: ``cpu_engine()`` on a CPU; on CUDA the rule's usual pick."""
+    if torch.device(device).type == "cpu":
+        from cudnn_rnn import cpu_engine
 
-    return bench.run_checked(args, prog="cudnn-rnn")
+        return cpu_engine()
+    return "cudnn for float16/32/64, by the engines' rule"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return _demo(args)
-    if args.command == "bench":
-        return _bench(args)
     path = getattr(args, "path", None) or args.src
     problem = _source_problem(path)
     if problem is not None:
         return _fail(problem)
     try:
-        {"inspect": _inspect, "convert": _convert}[args.command](args)
-    except _OutputError as err:  # one line of ours, not clipped: it ends with what to do
+        {"inspect": _inspect, "convert": _convert, "bench": _bench}[args.command](args)
+    except (_OutputError, _OptionError) as err:  # one line of ours, ending with what to do
         return _fail(str(err))
     except OSError as err:
         return _fail(_read_problem(err), path)

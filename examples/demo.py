@@ -1,8 +1,9 @@
-"""``cudnn-rnn demo``: a character language model on ``CudnnLSTM``, saved, restored and checked.
+"""The demo: a character language model on ``CudnnLSTM``, saved, restored and checked.
 
-The demo trains ``embedding -> CudnnLSTM (2 layers) -> linear`` to predict the next character of
-Lewis Carroll's *Alice's Adventures in Wonderland* (shipped in ``cudnn_rnn/data``; provenance in
-``data/SOURCE.md``), then does what the original library was for:
+``python examples/demo.py [options]`` (``make demo``; ``--help`` lists the options) trains
+``embedding -> CudnnLSTM (2 layers) -> linear`` to predict the next character of Lewis Carroll's
+*Alice's Adventures in Wonderland* (``examples/data/alice.txt``; provenance in
+``examples/data/SOURCE.md``), then does what the original library was for:
 
 1. saves the LSTM as a canonical checkpoint (:func:`cudnn_rnn.checkpoint.save`);
 2. restores that file into a ``MultiRNNCell`` of ``CudnnCompatibleLSTMCell``, as TF users did
@@ -33,8 +34,15 @@ Training draws random windows of ``--seq-len`` characters (``--batch-size`` of t
 the same on every rank, from ``--seed``) from the first 95% of the text; the last 5% is
 held out. Adam with a cosine-decayed learning rate and gradient clipping; the step itself is
 :func:`train_step`, the loop :func:`train`, shared by one process and by data-parallel runs
-(``--nproc N``, or under ``torchrun``: see :mod:`cudnn_rnn.distributed`), where each rank takes
-its equal share of every global batch and only rank 0 prints, saves and verifies.
+where each rank takes its equal share of every global batch (:func:`shard`) and only rank 0
+prints, saves and verifies. Data-parallel runs are started by torch's launcher, ``torchrun``
+(``python -m torch.distributed.run --standalone --nproc-per-node N examples/demo.py ...``);
+``--nproc N`` runs exactly that (:func:`launch`). Each worker reads its place in the group from
+the environment torchrun sets (:func:`env_from_environ`), joins the group (gloo on CPU, NCCL on
+CUDA) and trains its model wrapped in ``DistributedDataParallel``.
+
+This script lives beside the package, not in it (the wheel holds neither it nor the text), and
+imports only ``cudnn_rnn``: its public API and :mod:`cudnn_rnn.atomic`, the one atomic writer.
 
 Ctrl-C stops training after the current step; the model so far is saved and the exit code is
 130. Progress goes to stderr (one updating line on a terminal, plain lines otherwise).
@@ -49,16 +57,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import math
 import os
+import shlex
 import signal
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from importlib import resources
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -70,39 +82,53 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 import cudnn_rnn
-from cudnn_rnn import atomic, checkpoint, convert, distributed
-from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell
-from cudnn_rnn.distributed import DistEnv
-from cudnn_rnn.layers import CudnnLSTM
+from cudnn_rnn import CudnnCompatibleLSTMCell, CudnnLSTM, MultiRNNCell, atomic, checkpoint, convert
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_MISMATCH",
+    "EXIT_USAGE",
     "RTOL",
     "CharModel",
     "DemoConfig",
+    "DistEnv",
     "Progress",
     "StopFlag",
     "TrainResult",
     "add_arguments",
+    "build_parser",
     "config_from_args",
     "cosine_lr",
+    "device_for",
+    "env_from_environ",
     "exact_float32",
+    "init_process_group",
+    "launch",
     "layer_engine",
     "load_model",
     "load_text",
     "logit_differences",
+    "main",
     "make_batches",
     "plot_losses",
     "run",
     "runners",
     "sample",
     "save_model",
+    "shard",
+    "shutdown",
     "split_text",
     "step_by_step",
+    "torchrun_command",
     "train",
     "train_step",
+    "wrap",
 ]
+
+#: How the demo is run from the repository's root (its name in usage and error lines).
+PROG = "examples/demo.py"
+#: The shipped text, beside this script.
+TEXT_FILE = Path(__file__).resolve().parent / "data" / "alice.txt"
 
 TEXT_TITLE = "Alice's Adventures in Wonderland (Lewis Carroll, 1865)"
 LSTM_FILE = "lstm.safetensors"
@@ -111,6 +137,7 @@ PLOT_FILE = "loss.png"
 SUMMARY_FILE = "summary.json"
 HEAD_FORMAT = "cudnn_rnn.demo_head"
 EXIT_MISMATCH = 1
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 #: Largest |logit difference| accepted between two implementations, per dtype, relative to the
 #: logits' scale (the smallest of the implementations' max |logit|). The three run different
@@ -137,7 +164,8 @@ _HELP = {
     "seed": "seed of the initial weights, the batches and the samples",
     "device": "auto (CUDA when available), cpu, cuda or cuda:N",
     "out": "directory for the checkpoint, loss curve and summary (created if missing)",
-    "nproc": "train with N local processes (DistributedDataParallel: gloo on CPU, NCCL on GPU)",
+    "nproc": "train with N local processes: runs this script under torchrun "
+    "(DistributedDataParallel: gloo on CPU, NCCL on GPU)",
     "text": "train on this UTF-8 text file instead of the shipped one",
     "prime": "text that starts every sample",
     "sample_length": "characters to sample after the prime",
@@ -182,12 +210,7 @@ def load_text(path: Path | None = None) -> str:
     """The training text: ``path`` (UTF-8), or the shipped *Alice's Adventures in Wonderland*."""
     if path is not None:
         return path.read_text(encoding="utf-8")
-    return (
-        resources.files("cudnn_rnn")
-        .joinpath("data")
-        .joinpath("alice.txt")
-        .read_text(encoding="utf-8")
-    )
+    return TEXT_FILE.read_text(encoding="utf-8")
 
 
 def split_text(ids: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
@@ -228,7 +251,7 @@ def make_batches(
     def batch(step: int) -> tuple[Tensor, Tensor]:
         gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
         starts = torch.randint(0, high, (batch_size,), generator=gen)
-        rows = distributed.shard(ids[starts[:, None] + span], env)
+        rows = shard(ids[starts[:, None] + span], env)
         if device is not None:
             rows = rows.to(device)
         return rows[:, :-1], rows[:, 1:]
@@ -781,7 +804,7 @@ def _number(option: str, text: str, kind: type, example: Any, *, positive: bool)
 
 def _check(config: DemoConfig) -> None:
     device = _resolve_device(config.device)
-    env = distributed.env_from_environ()
+    env = env_from_environ()
     if env is not None and config.nproc > 1:
         raise ValueError(
             "--nproc cannot be used under torchrun, which already started "
@@ -864,22 +887,234 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--out {out}: {parent} is not writable; choose another --out.")
 
 
+# -- data-parallel training under torchrun -----------------------------------------------------
+#
+# torch has the launcher (torchrun), the process group and DistributedDataParallel; what is left
+# here is small: reading the group's shape from torchrun's environment before joining it, one
+# rank's share of a global batch, and leaving the group cleanly.
+
+_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands in a group of ``world_size`` processes (from torchrun's vars)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that prints, saves and verifies."""
+        return self.rank == 0
+
+
+def env_from_environ(environ: Mapping[str, str] | None = None) -> DistEnv | None:
+    """The :class:`DistEnv` that torchrun's ``RANK``/``WORLD_SIZE`` describe (None when unset).
+
+    ``LOCAL_RANK`` defaults to ``RANK`` and ``LOCAL_WORLD_SIZE`` to ``WORLD_SIZE`` (one machine).
+    Raises ValueError for values that are not integers or out of range.
+
+    >>> env_from_environ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    DistEnv(rank=1, world_size=2, local_rank=1, local_world_size=2)
+    """
+    environ = os.environ if environ is None else environ
+    if "RANK" not in environ or "WORLD_SIZE" not in environ:
+        return None
+    values: dict[str, int] = {}
+    for name in _VARS:
+        text = environ.get(name, environ["RANK" if name == "LOCAL_RANK" else "WORLD_SIZE"])
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise ValueError(
+                f"environment variable {name}={text!r} is not an integer; start the processes "
+                "with torchrun or --nproc."
+            ) from None
+    env = DistEnv(
+        values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"], values["LOCAL_WORLD_SIZE"]
+    )
+    if not (
+        0 <= env.rank < env.world_size
+        and 0 <= env.local_rank < env.local_world_size <= env.world_size
+    ):
+        raise ValueError(
+            f"inconsistent environment {env}; expected 0 <= RANK < WORLD_SIZE and "
+            "0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE."
+        )
+    return env
+
+
+def device_for(env: DistEnv | None, device: torch.device) -> torch.device:
+    """The device of this rank: ``cuda:LOCAL_RANK`` for CUDA without an index, else ``device``."""
+    if env is not None and device.type == "cuda" and device.index is None:
+        return torch.device("cuda", env.local_rank)
+    return device
+
+
+def init_process_group(
+    env: DistEnv, device: torch.device, *, timeout: timedelta = timedelta(minutes=5)
+) -> None:
+    """Join the group torchrun started: NCCL on CUDA, gloo otherwise.
+
+    Also sets this process's CPU threads to its share of the cores, so that the local processes
+    do not oversubscribe them (torchrun's default is one thread each).
+    """
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=timeout
+    )
+
+
+def shutdown() -> None:
+    """Leave the process group (a no-op when none was joined).
+
+    Python objects that still hold the group (a DDP wrapper's reducer, finished work handles) are
+    collected first, so that the group is torn down here and not at interpreter exit, where
+    gloo's threads can abort the process.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def wrap(model: nn.Module, env: DistEnv | None, device: torch.device) -> nn.Module:
+    """``model`` in ``DistributedDataParallel`` when running in a group; else ``model`` itself.
+
+    DDP broadcasts rank 0's parameters at once, so every rank starts from the same model, and
+    its backward leaves the mean of the ranks' gradients: with equal shards (:func:`shard`) the
+    gradient of the mean loss over the whole global batch, so N processes take the steps one
+    process would take on it.
+    """
+    if env is None or env.world_size == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def shard(batch: Tensor, env: DistEnv | None) -> Tensor:
+    """This rank's equal share of the rows of a global ``batch`` (all of it without a group).
+
+    >>> shard(torch.arange(8).view(4, 2), DistEnv(1, 2, 1, 2))
+    tensor([[4, 5],
+            [6, 7]])
+    """
+    if env is None or env.world_size == 1:
+        return batch
+    rows = int(batch.shape[0])
+    if rows % env.world_size:
+        raise ValueError(
+            f"a global batch of {rows} rows does not split into {env.world_size} equal shards; "
+            "make the batch size a multiple of the number of processes."
+        )
+    size = rows // env.world_size
+    return batch[env.rank * size : (env.rank + 1) * size]
+
+
+def torchrun_command(config: DemoConfig) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N`` over this script with
+    ``config``'s options: what ``--nproc N`` runs."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={config.nproc}",
+        str(Path(__file__).resolve()),
+        *config.to_argv(),
+    ]
+
+
+class _PassOn:
+    """A signal handler that passes the launching process's signals on to torchrun: the first
+    SIGINT as SIGINT, anything after it (or SIGTERM) as SIGTERM. A signal that comes before
+    torchrun has started is passed on as soon as it has."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.interrupted = False
+        self.pending: signal.Signals | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and not self.interrupted:
+            self.interrupted = True
+            self._send(signal.SIGINT)
+        else:
+            self._send(signal.SIGTERM)
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            proc.send_signal(pending)
+
+    def _send(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            self.pending = signal.SIGTERM if self.pending == signal.SIGTERM else sig
+        else:
+            self.proc.send_signal(sig)
+
+
+def launch(config: DemoConfig) -> int:
+    """Run this script with ``config`` in ``config.nproc`` processes under torchrun; the exit
+    code is torchrun's (0, or 1 when a rank failed), or 130 after a Ctrl-C.
+
+    torchrun runs in a session of its own, so a terminal's Ctrl-C reaches this process alone,
+    which passes exactly one SIGINT on: torchrun hands it to each worker once, they stop at the
+    same step and rank 0 saves the model so far. A second Ctrl-C, or SIGTERM, terminates
+    torchrun (which terminates the workers).
+    """
+    command = torchrun_command(config)
+    backend = "NCCL" if _resolve_device(config.device).type == "cuda" else "gloo"
+    _say(f"starting {config.nproc} processes ({backend}) under torchrun; rank 0 reports")
+    _say(shlex.join(command))
+    # Unless OMP_NUM_THREADS is set, torchrun sets it to 1 for every worker and prints a banner
+    # saying so; each worker's share of the cores is what init_process_group sets anyway.
+    env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // config.nproc)), **os.environ}
+    passer = _PassOn()
+    main_thread = threading.current_thread() is threading.main_thread()
+    handled = (signal.SIGINT, signal.SIGTERM) if main_thread else ()
+    previous = {sig: signal.signal(sig, passer) for sig in handled}
+    proc = None
+    try:
+        proc = subprocess.Popen(command, env=env, start_new_session=True)
+        passer.started(proc)
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back
+                signal.signal(sig, handler)
+        if proc is not None and proc.poll() is None:  # an error here: torchrun must not outlive it
+            proc.terminate()
+            proc.wait()
+    if passer.interrupted:
+        return EXIT_INTERRUPTED
+    return code if code >= 0 else 128 - code  # killed by signal N: -N, as a shell says 128 + N
+
+
 # -- the run -----------------------------------------------------------------------------------
 
 
 def run(config: DemoConfig) -> int:
     """The whole demo; returns the exit code (0, 1 on a mismatch, 130 when interrupted).
 
-    With ``nproc > 1`` (and not already in a group) it starts ``nproc`` workers with
-    :func:`cudnn_rnn.distributed.launch` running ``cudnn-rnn demo`` with the same options.
+    With ``nproc > 1`` (and not already in a group) it runs this script with the same options in
+    ``nproc`` processes under torchrun (:func:`launch`).
     """
-    env = distributed.env_from_environ()
+    env = env_from_environ()
     if config.nproc > 1 and env is None:
-        device = _resolve_device(config.device)
-        backend = "NCCL" if device.type == "cuda" else "gloo"
-        _say(f"starting {config.nproc} processes ({backend} on 127.0.0.1); rank 0 reports")
-        command = [sys.executable, "-m", "cudnn_rnn.cli", "demo", *config.to_argv()]
-        return distributed.launch(command, config.nproc)
+        return launch(config)
     try:
         return _worker(config, env)
     except KeyboardInterrupt:
@@ -888,15 +1123,15 @@ def run(config: DemoConfig) -> int:
 
 
 def _say(message: str) -> None:
-    print(f"cudnn-rnn demo: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
 def _worker(config: DemoConfig, env: DistEnv | None) -> int:
     grouped = env is not None and env.world_size > 1
-    device = distributed.device_for(env, _resolve_device(config.device))
+    device = device_for(env, _resolve_device(config.device))
     if grouped:
         assert env is not None
-        distributed.init_process_group(env, device)
+        init_process_group(env, device)
     main = env is None or env.is_main
     started = time.monotonic()
     text = load_text(config.text)
@@ -910,7 +1145,7 @@ def _worker(config: DemoConfig, env: DistEnv | None) -> int:
         seed=config.seed,
         device=device,
     )
-    trained = distributed.wrap(model, env, device)
+    trained = wrap(model, env, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
     chars_per_step = config.batch_size * config.seq_len
     if main:
@@ -942,7 +1177,7 @@ def _worker(config: DemoConfig, env: DistEnv | None) -> int:
         train_seconds = time.monotonic() - started
         if grouped:
             del trained  # the DDP wrapper holds the process group; let it go first
-            distributed.shutdown()
+            shutdown()
     if not main:
         return EXIT_INTERRUPTED if result.interrupted else 0
     return _report(config, model, vocab, held_out, result, train_seconds, device)
@@ -1084,3 +1319,34 @@ def _print_verification(
 
 def _write_summary(out: Path, summary: Mapping[str, Any]) -> None:
     atomic.write_file(out / SUMMARY_FILE, json.dumps(summary, indent=1).encode())
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the options and run the demo; bad options: one line on stderr and exit code 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        return _usage_error(err)
+    try:
+        return run(config)
+    except OSError as err:  # e.g. the disk filled up under --out
+        return _usage_error(err)
+
+
+def _usage_error(err: BaseException) -> int:
+    print(f"{PROG}: error: {err}".splitlines()[0], file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

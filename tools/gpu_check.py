@@ -1,6 +1,6 @@
 """Everything that needs CUDA, run once and written into ``docs/gpu.md`` (``make gpu-check``).
 
-``python -m cudnn_rnn.gpu_check --out docs`` runs, on the first CUDA device:
+``python tools/gpu_check.py --out docs`` (``make gpu-check``) runs, on the first CUDA device:
 
 1. **CUDA tests**: ``pytest -m cuda -q -p no:cacheprovider -rA tests/`` in a subprocess (the
    summary line and every failure);
@@ -17,6 +17,9 @@
 A section that raises is reported as failed with its error line and the others still run. The
 report (``gpu.md`` in ``--out``) starts with a status line; the exit status is 1 when anything
 failed, else 0. Without a CUDA device it prints one line, writes nothing and exits 0.
+
+This script lives beside the package, not in it, and imports only ``cudnn_rnn`` (its public API
+and the operator, engines and layout it checks).
 """
 
 from __future__ import annotations
@@ -828,8 +831,8 @@ def check_bench(
 # -- the report -----------------------------------------------------------------------------------
 
 HEADER = (
-    "<!-- Written by `make gpu-check` (python -m cudnn_rnn.gpu_check --out docs). The notes "
-    "below the results live in src/cudnn_rnn/gpu_check.py (NOTES): edit them there. -->"
+    "<!-- Written by `make gpu-check` (python tools/gpu_check.py --out docs). The notes "
+    "below the results live in tools/gpu_check.py (NOTES): edit them there. -->"
 )
 
 #: The explanatory part of docs/gpu.md, below the results.
@@ -970,7 +973,7 @@ def write_report(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cudnn_rnn.gpu_check",
+        prog="tools/gpu_check.py",
         description="Run every check that needs CUDA and write what it saw into OUT/gpu.md.",
     )
     parser.add_argument("--out", default="docs", help="folder of the report (default: docs)")
@@ -1001,7 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[PytestRun] = []
 
     def tests_section(section: Section) -> None:
-        if not tests.is_dir():  # an installed package without the repository
+        if not tests.is_dir():  # run from elsewhere than the repository's root
             section.status, section.summary = SKIPPED, f"no tests folder at `{tests}`"
             return
         runs.append(run_pytest(tests, timeout=args.pytest_timeout))

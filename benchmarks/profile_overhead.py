@@ -1,12 +1,13 @@
 """Where the time of one call goes: our layer vs torch.nn on torch's kernels, op by op.
 
-    .venv/bin/python bench/profile_overhead.py [--shape lstm-2-25x1x256] [--calls 200]
+    .venv/bin/python -m benchmarks.profile_overhead [--shape lstm-2-25x1x256] [--calls 200]
 
 Runs the shape's training step (forward + backward) and inference call under torch.profiler,
 for our layer (on torch's kernels, as every call of it runs) and for torch.nn with the same
 weights, and prints per call: the wall time, the time inside the RNN kernels, and the other
 ATen ops ours runs that torch.nn does not (what our overhead is made of). This is how the
-overhead work of issue 5 was found; docs/benchmarks.md has the numbers of the suite.
+overhead work of issue 5 was found; docs/benchmarks.md has the numbers of the suite
+(``benchmarks/suite.py``, whose shapes this takes). Run it from the repository's root.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from cudnn_rnn import bench, convert
+from benchmarks import suite
+from cudnn_rnn import convert
+from cudnn_rnn.bench import inference_step, layer_call, torch_call, training_step
 
 KERNELS = ("aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward", "aten::_thnn", "aten::lstm")
 
@@ -46,22 +49,18 @@ def main() -> None:
     parser.add_argument("--shape", default="lstm-2-25x1x256")
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    shape = {s.name: s for s in bench.SHAPES}[args.shape]
-    layer, x, lengths = bench._make(shape, "cpu")
+    shape = {s.name: s for s in suite.SHAPES}[args.shape]
+    layer, x, lengths = suite._make(shape, "cpu")
     module = convert.to_torch(layer)
     grad = torch.randn(shape.steps, shape.batch, shape.units * (2 if shape.bidirectional else 1))
     cases = {
         "training": (
-            bench._training(
-                lambda: bench._ours_call(layer, x, lengths), [layer.opaque_kernel], grad
-            ),
-            bench._training(
-                lambda: bench._torch_call(module, x, lengths), list(module.parameters()), grad
-            ),
+            training_step(lambda: layer_call(layer, x, lengths), [layer.opaque_kernel], grad),
+            training_step(lambda: torch_call(module, x, lengths), list(module.parameters()), grad),
         ),
         "inference": (
-            bench._inference(lambda: bench._ours_call(layer, x, lengths)),
-            bench._inference(lambda: bench._torch_call(module, x, lengths)),
+            inference_step(lambda: layer_call(layer, x, lengths)),
+            inference_step(lambda: torch_call(module, x, lengths)),
         ),
     }
     print(f"{shape.label}, {args.calls} calls each, microseconds per call")

@@ -1,0 +1,344 @@
+"""The benchmark suite (benchmarks/suite.py, ``make bench``): its shapes' arithmetic, its report
+and targets, its command line (timings themselves are never asserted)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import cudnn_rnn
+from benchmarks import suite
+from benchmarks.suite import Row, Shape
+from cudnn_rnn import bench
+
+ROOT = Path(__file__).resolve().parents[1]
+BY_NAME = {s.name: s for s in suite.SHAPES}
+
+
+def test_flops_match_the_hand_count() -> None:
+    # 2 FLOPs per multiply-add; LSTM has 4 gates, each [H, in + H] per step and sequence.
+    assert BY_NAME["lstm-100x64x512"].forward_flops() == 2 * 4 * 512 * 1024 * 100 * 64
+    # skip_input: no input matrix, only the recurrent one.
+    assert BY_NAME["tanh-skip-50x16x1760"].forward_flops() == 2 * 1760 * 1760 * 50 * 16
+    assert BY_NAME["tanh-linear-50x16x1760"].forward_flops() == 2 * 1760 * 3520 * 50 * 16
+    # 3 bidirectional layers: layer 0 reads 256 inputs, the others 2 * 256.
+    per_step = 2 * 4 * 256 * ((256 + 256) + 2 * (512 + 256))
+    assert BY_NAME["lstm-3bi-100x32x256"].forward_flops() == 2 * per_step * 100 * 32
+    varlen = BY_NAME["lstm-2bi-varlen-100x32x256"]
+    lengths = varlen.lengths()
+    assert lengths is not None and len(lengths) == 32
+    assert max(lengths) == 100 and min(lengths) == 50
+    per_step = 2 * 4 * 256 * ((256 + 256) + (512 + 256))
+    assert varlen.forward_flops() == 2 * per_step * sum(lengths)
+
+
+def test_a_stream_counts_the_valid_steps_of_every_batch() -> None:
+    stream = BY_NAME["gru-2-stream-16x256"]
+    lengths = stream.batch_lengths()
+    assert len(lengths) == 40 and lengths == stream.batch_lengths()  # seeded
+    flat = [n for batch in lengths if batch is not None for n in batch]
+    assert len(flat) == 40 * 16 and min(flat) >= 20 and max(flat) <= 100
+    assert len(set(flat)) > 20  # drawn, not one length
+    per_step = 2 * 3 * 256 * ((256 + 256) + (256 + 256))
+    assert stream.forward_flops() == per_step * sum(flat)
+    # Each batch is padded to its own longest sequence.
+    batches = suite._batches(stream)
+    assert [x.shape[0] for x, _ in batches] == [max(b or []) for b in lengths]
+    assert all(n is not None and n.dtype == np.int32 for _, n in batches)
+
+
+def test_the_recurrent_weights_of_a_step() -> None:
+    shape = BY_NAME["lstm-2-25x1x256"]
+    assert shape.recurrent_matrix() == (4 * 256, 256)
+    assert shape.recurrent_bytes() == 2 * 4 * 256 * 256 * 4
+    assert BY_NAME["gru-serve-25x1x512"].recurrent_bytes() == 3 * 512 * 512 * 4
+
+
+def test_the_issue_shapes_are_all_there() -> None:
+    def labels(group: str) -> list[str]:
+        return [s.label for s in suite.SHAPES if s.group == group and s.inference]
+
+    assert labels("issue") == [
+        "lstm (25, 1, 256, 256, 2, uni)",
+        "gru (25, 1, 256, 256, 2, uni)",
+        "lstm (100, 16, 256, 256, 1, uni)",
+        "gru (100, 16, 512, 512, 1, uni)",
+        "rnn-tanh (50, 16, 1024, 1024, 1, uni)",
+    ]
+    assert labels("large") == [
+        "lstm (100, 64, 512, 512, 1, uni)",
+        "lstm (50, 64, 500, 500, 1, uni)",
+        "gru (100, 32, 1024, 1024, 1, uni)",
+        "lstm (100, 32, 256, 256, 3, bi)",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni) skip_input",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
+        "lstm (100, 32, 256, 256, 2, bi) lengths 50-100",
+    ]
+    serving = [s for s in suite.SHAPES if s.group == "serving"]
+    assert {(s.mode, s.batch, s.units) for s in serving} == {
+        (mode, b, h)
+        for mode in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+        for b in (1, 4, 16, 64)
+        for h in (256, 512)
+    }
+    assert all(
+        (s.steps, s.layers, s.input_size, s.training) == (25, 1, s.units, False) for s in serving
+    )
+    assert labels("stream") == [
+        "gru (<=100, 16, 256, 256, 2, uni) stream of 40 batches, lengths 20-100"
+    ]
+    training = {s.label for s in suite.SHAPES if s.training}
+    assert training >= {
+        "gru (100, 32, 1024, 1024, 1, uni)",
+        "lstm (100, 64, 512, 512, 1, uni)",
+        "rnn-tanh (50, 16, 1760, 1760, 1, uni)",
+        "rnn-relu (50, 16, 1760, 1760, 1, uni)",
+        "lstm (25, 1, 256, 256, 2, uni)",
+    }
+    assert len({s.name for s in suite.SHAPES}) == len(suite.SHAPES)
+
+
+def test_serving_rows_are_timed_lighter() -> None:
+    timing = bench.Timing(5, 0.2, 1.0)
+    assert suite.timing_for(BY_NAME["lstm-serve-25x1x256"], timing) == bench.Timing(3, 0.1, 0.5)
+    assert suite.timing_for(BY_NAME["lstm-100x64x512"], timing) == timing
+
+
+def test_best_time_is_the_shortest_call() -> None:
+    pauses = iter([0.02, 0.001, 0.005, 0.001, 0.003, 0.004] + [0.002] * 100)
+    best = suite.best_time(lambda: time.sleep(next(pauses)), seconds=0.0, calls=5)
+    assert 0.001 <= best < 0.0029  # the first (0.02) is untimed
+
+
+def test_the_matmul_peak_is_the_best_over_sizes_and_engines() -> None:
+    peak, engine = suite.matmul_peak(sizes=((64, 32, 16), (96, 96, 96)))
+    assert peak > 0
+    products = ("(64, 32) @ (32, 16)", "(96, 96) @ (96, 96)")
+    engines = ("torch.matmul", "onnxruntime MatMul")
+    assert engine in {f"{e} {p}" for e in engines for p in products}
+
+
+def test_cache_bandwidth_is_a_rate() -> None:
+    assert suite.cache_bandwidth(64, 16) > 1e6  # bytes/s; any machine reads 4 KiB faster
+
+
+def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    shape = Shape("lstm-test", "lstm", 6, 2, 5, 4, 2)
+    varlen = Shape("gru-test", "gru", 6, 3, 4, 4, 1, True, varlen=2, training=False)
+    single = Shape("tanh-test", "rnn_tanh", 4, 1, 4, 4, group="serving", training=False)
+    stream = Shape(
+        "gru-test-stream", "gru", 6, 3, 4, 4, 2, varlen=2, stream=3, group="stream", training=False
+    )
+    rows, dyn = suite.run(
+        [shape, varlen, single, stream],
+        out=tmp_path,
+        repeats=1,
+        block=0.001,
+        memory=True,
+        dynamic=shape,
+        warmup=0.01,
+        peak_sizes=((64, 64, 64),),
+        log=lambda _: None,
+    )
+    record = json.loads((tmp_path / "benchmarks.json").read_text())
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    first = record["rows"][0]
+    assert set(first["inference"]) >= {bench.OURS, bench.TORCH_NN, bench.ORT_OURS, bench.ORT_TORCH}
+    assert set(first["training"]) == {bench.OURS, bench.TORCH_NN}
+    # OpenVINO ran on our export, or the notes say it is not installed.
+    openvino = bench.installed("openvino")
+    for row in record["rows"]:
+        assert (bench.OPENVINO in row["inference"]) == openvino
+    assert openvino or "openvino not installed (pip install openvino)" in md
+    # The runtimes compute what we compute (over the valid steps).
+    for row in record["rows"]:
+        assert row["max_abs_diff"] and max(row["max_abs_diff"].values()) < 1e-4
+        assert "differs from ours" not in md
+    # The report's ratios and rates are the JSON's times divided.
+    inf = first["inference"]
+    peers = {k: v for k, v in inf.items() if k in bench.PEERS}
+    fastest = min(peers, key=peers.__getitem__)
+    assert f"**{inf[bench.OURS] / peers[fastest]:.2f}** ({fastest})" in md
+    train = first["training"]
+    assert f"**{train[bench.OURS] / train[bench.TORCH_NN]:.2f}**" in md
+    peak = record["matmul_peak_flops"]
+    rate = shape.forward_flops() / inf[bench.OURS]
+    assert f"| {rate / 1e9:.1f} ({100 * rate / peak:.0f}%) |" in md
+    # Varlen rows and the stream leave out the peers that cannot take lengths, and say so.
+    for row in record["rows"][1], record["rows"][3]:
+        assert bench.ORT_TORCH not in row["inference"] and bench.KERAS not in row["inference"]
+        assert bench.ORT_OURS in row["inference"]
+    assert "full-length sequences only" in md
+    assert "Keras: not run on the serving shapes" in md
+    # B = 1 rows have the weight-read bound: T x the recurrent bytes over the bandwidth.
+    b1 = record["rows"][2]
+    assert b1["bound"] == pytest.approx(4 * 4 * 4 * 4 / b1["cache_bandwidth"])
+    bandwidth = f"{b1['cache_bandwidth'] / 1e9:.0f} GB/s"
+    ratio = b1["inference"][bench.OURS] / b1["bound"]
+    assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x) |" in md
+    assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i != 2)
+    # Every group has its heading; memory probes ran for the training row only.
+    for title in ("The issue's shapes", "Serving shapes", "A stream of batches"):
+        assert f"| **{title}" in md
+    assert first["memory"][bench.OURS] >= 0 and bench.TORCH_NN in first["memory"]
+    assert all(not r["memory"] for r in record["rows"][1:])
+    assert record["dynamic_rnn"]["notes"][0].startswith("max |dynamic_rnn - layer|")
+    diff = float(re.search(r"= ([0-9.e+-]+)", record["dynamic_rnn"]["notes"][0])[1])  # type: ignore[index]
+    assert diff < 1e-5
+    assert "## Targets" in md and "Inference, the stream: ours / fastest peer <= 0.85" in md
+    assert rows[0].shape == shape and dyn is not None
+
+
+def _row(shape: Shape, inference: dict[str, float], training: dict[str, float]) -> Row:
+    return Row(shape, inference=inference, training=training)
+
+
+def test_targets_mark_each_target_met_or_not() -> None:
+    ours, nn, ort = bench.OURS, bench.TORCH_NN, bench.ORT_OURS
+    big = BY_NAME["lstm-100x64x512"]
+    peak = big.forward_flops() / 1.0  # ours at 1 s is 100% of this peak
+    rows = [
+        _row(BY_NAME["lstm-100x16x256"], {ours: 0.7, nn: 1.0, ort: 1.0}, {}),  # 0.70: met
+        _row(BY_NAME["gru-serve-25x64x256"], {ours: 0.9, nn: 1.0}, {}),  # 0.90: not met
+        _row(BY_NAME["gru-serve-25x4x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 4: no target
+        _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {}),  # 1.00: met
+        _row(big, {ours: 1.0, nn: 2.0}, {ours: 1.0, nn: 1.1}),
+        _row(BY_NAME["gru-2-stream-16x256"], {ours: 0.9, ort: 1.0}, {}),  # 0.90: not met
+        _row(BY_NAME["relu-50x16x1760"], {}, {ours: 0.5, nn: 1.0}),  # 0.50: met
+    ]
+    lines = suite._targets(rows, None, peak)
+    by_text = {line.split(" | ")[0].lstrip("| "): line for line in lines}
+    why = "**not met** ([why](design_notes.md#targets-not-met-and-why))"
+    b8 = by_text["Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80"]
+    assert why in b8 and "0.90 (gru-serve-25x64x256)" in b8 and "gru-serve-25x4x256" not in b8
+    assert "**met**" in by_text["Inference, B = 1: ours / fastest peer <= 1.00"]
+    assert "**met**" in by_text["Inference, large shapes: ours / fastest peer <= 1.00"]
+    assert why in by_text["Inference, the stream: ours / fastest peer <= 0.85"]
+    assert "**met**" in by_text["Training, GRU and RNN: ours / torch.nn <= 0.60"]
+    assert "0.91 (lstm-100x64x512) | **met**" in by_text["Training, LSTM: ours / torch.nn <= 1.00"]
+    peak_line = by_text["Inference, large shapes: ours >= 70% of the matmul peak"]
+    assert "100% (lstm-100x64x512) | **met**" in peak_line
+    memory = by_text["Peak memory of a training step <= torch.nn's + 5%"]
+    assert "no such row in this run" in memory
+
+
+def test_the_machine_table_names_our_cpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(cudnn_rnn, "cpu_engine", raising=False)
+    assert suite.machine()["our CPU engine"] == "torch"
+    monkeypatch.setattr(
+        cudnn_rnn, "cpu_engine", lambda: "native (avx512f, 2 threads)", raising=False
+    )
+    info = suite.machine()
+    assert info["our CPU engine"] == "native (avx512f, 2 threads)"
+    assert set(info) >= {"onnxruntime", "openvino", "keras"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256, "),
+        # The timing options are checked by cudnn_rnn.bench (tests/test_bench.py has them all).
+        (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
+        (["--device", "meta"], "--device must be cpu, cuda or cuda:N, got 'meta'."),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert suite.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("benchmarks/suite.py: error: " + message)
+    assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_an_unknown_shape_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["--shapes", "lstm-quick", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert all(shape.name in err for shape in (*suite.SHAPES, *suite.QUICK_SHAPES))
+
+
+def test_a_quick_run_writes_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench"
+    argv = ["--quick", "--no-memory", "--no-peers", "--repeats", "1", "--block", "0.001"]
+    assert suite.main([*argv, "--warmup", "0", "--out", str(out)]) == 0
+    report = (out / "benchmarks.md").read_text()
+    assert "## Inference" in report and "## Training" in report and "lstm (10, 4" in report
+    assert "(`python benchmarks/suite.py --out docs`, the suite in `benchmarks/suite.py`)" in report
+    assert (out / "benchmarks.json").is_file()
+    assert f"wrote {out / 'benchmarks.md'}" in capsys.readouterr().out
+
+
+def test_an_unwritable_out_exits_2_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert suite.main(["--quick", "--out", str(blocker / "bench")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("benchmarks/suite.py: error: ") and str(blocker) in captured.err
+    assert captured.err.count("\n") == 1 and "matmul peak" not in captured.out
+
+
+def test_the_suite_runs_as_a_script_from_anywhere(tmp_path: Path) -> None:
+    """``make bench`` runs the file; its memory probes import it again, by name from the
+    repository's root, in fresh interpreters, whatever the working folder."""
+    out = tmp_path / "out"
+    argv = ["--quick", "--shapes", "lstm-quick", "--no-peers", "--repeats", "1"]
+    argv += ["--block", "0.001", "--warmup", "0", "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "suite.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads((out / "benchmarks.json").read_text())
+    assert [row["shape"]["name"] for row in record["rows"]] == ["lstm-quick"]
+    if Path("/proc/self/clear_refs").exists():  # the probes measure on Linux
+        assert set(record["rows"][0]["memory"]) == {bench.OURS, bench.TORCH_NN}
+    assert not any("memory probe" in note for note in record["rows"][0]["notes"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_failing_memory_probe_says_why() -> None:
+    shape = Shape("lstm-test", "lstm", 3, 2, 4, 4, 1)
+    with pytest.raises(RuntimeError, match=r"memory probe of torch\.nn on lstm-test failed: \w"):
+        suite.measure_memory(shape, bench.TORCH_NN, "cuda")  # the probe cannot build on CUDA
+
+
+def test_the_inference_table_has_one_column_per_implementation(tmp_path: Path) -> None:
+    shape = Shape("lstm-test", "lstm", 4, 2, 3, 3, 1)
+    rows, _ = suite.run(
+        [shape],
+        out=tmp_path,
+        repeats=1,
+        block=0.001,
+        peers=False,
+        memory=False,
+        dynamic=None,
+        warmup=0.0,
+        peak_sizes=((64, 64, 64),),
+        log=lambda _: None,
+    )
+    md = (tmp_path / "benchmarks.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| shape | ours |"))
+    assert header.split(" | ")[1:-3] == [bench.OURS, *bench.PEERS]
+    assert header.endswith(
+        "| ours / fastest peer | ours GFLOP/s (% of peak) "
+        "| B = 1: weight-read bound ms at cache bandwidth (ours / bound) |"
+    )
+    row = next(line for line in md.splitlines() if line.startswith(f"| {shape.label} |"))
+    assert row.count("|") == header.count("|")
+    assert set(rows[0].inference) == {bench.OURS, bench.TORCH_NN}

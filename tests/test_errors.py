@@ -1,0 +1,106 @@
+"""``except cudnn_rnn.CudnnRNNError`` catches every error class the package documents (docs/api.md),
+each raised for real by the code that raises it; each also stays the builtin it was."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import cudnn_rnn
+from cudnn_rnn import checkpoint, cli, convert
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, protobuf_wire, tf1_bundle, tf1_opaque
+
+
+def _junk(tmp_path: Path, name: str) -> str:
+    path = tmp_path / name
+    path.write_bytes(b"\x00not a model\xff" * 16)
+    return str(path)
+
+
+def _discovery_failure() -> None:
+    spec = cudnn_rnn.RNNSpec("gru", 1, 3, 2)
+    layout = layout_of(spec)
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(p.shape) for p in layout.weights]
+    biases = [rng.standard_normal(p.shape) for p in layout.biases]
+    cudnn_layout.discover(spec, np.zeros(layout.size), weights, biases, {})  # matrices absent
+
+
+def _opaque_refusal() -> None:
+    layer = cudnn_rnn.CudnnLSTM(1, 3, input_size=2)
+    optimizer = torch.optim.Adam(layer.parameters())
+    tf1_opaque.plan({}, lambda names: {}, [layer], {}, opaque_name=False, optimizer=optimizer)
+
+
+CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object]]] = {
+    "CheckpointError": (
+        checkpoint.CheckpointError,
+        ValueError,
+        lambda t: checkpoint.restore(
+            _junk(t, "x.safetensors"), cudnn_rnn.CudnnGRU(1, 2, input_size=2)
+        ),
+    ),
+    "TF1BundleError": (
+        tf1_bundle.TF1BundleError,
+        ValueError,
+        lambda t: tf1_bundle.read_bundle_index(_junk(t, "ckpt.index")[: -len(".index")]),
+    ),
+    "OnnxFormatError": (
+        onnx.OnnxFormatError,
+        ValueError,
+        lambda t: convert.from_onnx(_junk(t, "x.onnx")),
+    ),
+    "KerasH5Error": (
+        keras_h5.KerasH5Error,
+        ValueError,
+        lambda t: convert.from_keras_h5(_junk(t, "x.h5")),
+    ),
+    "LayoutNotFound": (cudnn_layout.LayoutNotFound, ValueError, lambda t: _discovery_failure()),
+    "OpaqueRestoreError": (tf1_opaque.OpaqueRestoreError, ValueError, lambda t: _opaque_refusal()),
+    "Malformed": (
+        protobuf_wire.Malformed,
+        Exception,
+        lambda t: protobuf_wire.parse_message(b"\x0a\xff\xff\xff\x0f", "a probe"),
+    ),
+    "UsageError": (cli.UsageError, Exception, lambda t: cli.load_layer(_junk(t, "x.pt"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_base_catches_every_error_class(name: str, tmp_path: Path) -> None:
+    cls, builtin, raise_it = CASES[name]
+    with pytest.raises(cudnn_rnn.CudnnRNNError) as info:
+        raise_it(tmp_path)
+    assert type(info.value) is cls or isinstance(info.value, cls), type(info.value)
+    assert isinstance(info.value, builtin)  # what callers caught before still catches it
+
+
+def test_every_error_class_of_the_package_is_listed() -> None:
+    """A new error class must derive from the base and join CASES (and docs/api.md)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.walk_packages(cudnn_rnn.__path__, "cudnn_rnn."):
+        if info.name.endswith(("_keras_h5_child", "._engine")):
+            continue  # the reader process's entry point; the C library (loaded by ctypes)
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if (
+                issubclass(obj, Exception)
+                and not issubclass(obj, Warning)  # NativeEngineWarning: a warning, not raised
+                and obj.__module__ == module.__name__
+                and not obj.__name__.startswith("_")
+            ):
+                found.add(obj)
+    assert all(issubclass(c, cudnn_rnn.CudnnRNNError) for c in found), found
+    names = {c.__name__ for c in found} - {"CudnnRNNError"}
+    assert names == set(CASES), names ^ set(CASES)
+    api = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    assert all(f"`{n}`" in api or f".{n}`" in api for n in names)
