@@ -21,7 +21,7 @@ pytestmark = [
         "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
     ),
     # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's
-    # __array__ (bench's Keras peer; as in tests/test_convert_keras.py).
+    # __array__ (bench's Keras peer; as in tests/formats/test_keras.py).
     pytest.mark.filterwarnings(
         "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
     ),

@@ -10,7 +10,13 @@ import torch
 
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import TORCH_NAMES, assert_matches_oracle, make_case, make_op, torch_module
+from tests.support.helpers import (
+    TORCH_NAMES,
+    assert_matches_oracle,
+    make_case,
+    make_op,
+    torch_module,
+)
 
 pytestmark = pytest.mark.cuda
 

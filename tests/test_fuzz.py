@@ -1,10 +1,10 @@
 """Seeded, bounded fuzz of every reader: corrupt and hostile files give values or typed errors.
 
-Each format runs in its own process (``tests/fuzz_worker.py``) under an address-space limit, so
-a reader that allocates from a file's claim fails the test instead of the machine. A case passes
-when the read gives the original values exactly or raises the reader's own error type with the
-target unchanged; the CLI must exit 0 or 2 with one stderr line naming the file. The seeds are
-fixed: a failure reproduces with ``python -m tests.fuzz_worker FORMAT DIR SEED CASES``.
+Each format runs in its own process (``tests/support/fuzz_worker.py``) under an address-space
+limit, so a reader that allocates from a file's claim fails the test instead of the machine. A
+case passes when the read gives the original values exactly or raises the reader's own error
+type with the target unchanged; the CLI must exit 0 or 2 with one stderr line naming the file.
+The seeds are fixed: a failure reproduces with ``python -m tests.support.fuzz_worker FORMAT DIR SEED CASES``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,15 @@ PLAN["h5"] = (13, 24)
 @pytest.mark.parametrize("fmt", sorted(PLAN))
 def test_fuzz(fmt: str, tmp_path: Path) -> None:
     seed, cases = PLAN[fmt]
-    cmd = [sys.executable, "-m", "tests.fuzz_worker", fmt, str(tmp_path), str(seed), str(cases)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.support.fuzz_worker",
+        fmt,
+        str(tmp_path),
+        str(seed),
+        str(cases),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"worker died ({proc.returncode}):\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import native
 from cudnn_rnn.layers import LAYER_CLASSES
-from tests.helpers import assert_matches_oracle, make_case
+from tests.support.helpers import assert_matches_oracle, make_case
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import make_case, make_op, run_oracle
+from tests.support.helpers import make_case, make_op, run_oracle
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import make_case, make_op
+from tests.support.helpers import make_case, make_op
 
 CASES = [
     # mode, layers, direction, input_mode, proj, varlen, time_major, dropout

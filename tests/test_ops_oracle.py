@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import assert_matches_oracle, make_case
+from tests.support.helpers import assert_matches_oracle, make_case
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 # (steps, batch, input_size, num_units): sizes of 1 everywhere, then a small general shape.

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import assert_matches_oracle, make_case
+from tests.support.helpers import assert_matches_oracle, make_case
 
 
 def _draw(seed: int) -> tuple[RNNSpec, int, int, bool, bool]:

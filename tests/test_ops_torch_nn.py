@@ -11,7 +11,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from tests.helpers import TORCH_NAMES, make_case, make_op, torch_module
+from tests.support.helpers import TORCH_NAMES, make_case, make_op, torch_module
 
 CONFIGS = [
     (mode, layers, direction, input_mode, proj, varlen)

@@ -30,7 +30,7 @@ from cudnn_rnn.saveable import (
     CudnnRNNReluSaveable,
     CudnnRNNTanhSaveable,
 )
-from tests.helpers import make_op, random_canonical
+from tests.support.helpers import make_op, random_canonical
 
 CONVERTERS: dict[str, type[CudnnParamsFormatConverter]] = {
     "lstm": CudnnParamsFormatConverterLSTM,

@@ -859,13 +859,13 @@ opaque buffer from the TF variables per call, which cuDNN then uses as it is.
 ## What the CUDA tests check
 
 Tests marked `cuda` skip without a GPU; `make gpu-check` runs them all (`pytest -m cuda`).
-`CUDNN_RNN_STANDIN=1 pytest tests/test_cuda_engine.py` runs those that do not need CUDA itself
-on the CPU through a stand-in of aten's cuDNN calls (tests/cudnn_standin.py), which also serves
-tests/test_cudnn_engine.py in every CI run.
+`CUDNN_RNN_STANDIN=1 pytest tests/engines/test_cuda_engine.py` runs those that do not need CUDA
+itself on the CPU through a stand-in of aten's cuDNN calls (tests/support/cudnn_standin.py),
+which also serves tests/engines/test_cudnn_engine.py in every CI run.
 
-- `tests/test_cuda_engine.py`: the `cudnn` engine against the NumPy oracle (forward, float64,
-  1e-10) and the CPU engines (every gradient, float64 1e-10, float32 1e-5; float16 within 2e-2
-  of the oracle on float16-rounded inputs), over the four modes, 1 and 2 layers, both
+- `tests/engines/test_cuda_engine.py`: the `cudnn` engine against the NumPy oracle (forward,
+  float64, 1e-10) and the CPU engines (every gradient, float64 1e-10, float32 1e-5; float16
+  within 2e-2 of the oracle on float16-rounded inputs), over the four modes, 1 and 2 layers, both
   directions, both input modes, projection and sizes of 1, with and without lengths;
   `gradcheck` on CUDA; same call, same bits; the buffer handed to cuDNN is the parameter itself
   and a call allocates less than a quarter of the weights' size; dropout masks repeat for a
@@ -883,11 +883,11 @@ tests/test_cudnn_engine.py in every CI run.
   matrices).
 - `tests/test_cuda.py::test_cuda_forward_matches_oracle_without_copy`: our forward on CUDA with
   warnings turned into errors; results equal the CPU run and the oracle to 1e-10 (float64).
-- `tests/test_cells_fused.py::test_cuda_fused_equals_loop`: stacked and bidirectional compatible
-  cells run fused on CUDA equal the step-by-step loop, values and gradients (float64).
-- `tests/test_convert_torch.py::test_cuda_device_is_kept`: converting a CUDA layer to `torch.nn`
+- `tests/cells/test_cells_fused.py::test_cuda_fused_equals_loop`: stacked and bidirectional
+  compatible cells run fused on CUDA equal the step-by-step loop, values and gradients (float64).
+- `tests/formats/test_torch_nn.py::test_cuda_device_is_kept`: converting a CUDA layer to `torch.nn`
   and back keeps it on the GPU.
-- `tests/test_tf1_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
+- `tests/formats/test_tf1_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
   discovery that reads TF1 checkpoints' opaque kernels (`formats/cudnn_layout.py`), given only a
   `torch.nn` module's matrices and each gate's bias sum, finds the buffer cuDNN lays out for it
   right now and splits both biases exactly. `tests/fixtures/cudnn/` keeps nine such buffers, so

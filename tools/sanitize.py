@@ -8,8 +8,9 @@ runs pytest on the native engine's tests in a child process that preloads the AS
 behaviour such as a signed overflow or a misaligned load) aborts the run with the sanitizer's
 message: the exit status is pytest's, or the sanitizer's abort.
 
-``--quick`` runs the subset that CI runs on every ``make test`` (tests/test_sanitize.py): the
-oracle grid at the best instruction set, strided tensors, lengths at their limits, threads, NaN.
+``--quick`` runs the subset that CI runs on every ``make test``
+(tests/engines/test_sanitize.py): the oracle grid at the vector instruction sets, strided
+tensors, lengths at their limits, threads, NaN.
 Leak checking is off: CPython and torch keep memory until exit by design.
 """
 
@@ -32,16 +33,16 @@ FLAGS = [
 
 #: Every test of the native engine (``make sanitize``).
 FULL = [
-    "tests/test_native.py",
-    "tests/test_native_boundary.py",
+    "tests/engines/test_native.py",
+    "tests/engines/test_native_boundary.py",
     "tests/test_layouts.py",
     "tests/test_ops_oracle.py",
 ]
 #: What CI runs (about a minute on two cores).
 QUICK = [
-    "tests/test_native_boundary.py",
-    "tests/test_native.py::test_every_isa_matches_oracle",
-    "tests/test_native.py::test_same_bits_every_call_every_thread_count_avx2_and_avx512",
+    "tests/engines/test_native_boundary.py",
+    "tests/engines/test_native.py::test_every_isa_matches_oracle",
+    "tests/engines/test_native.py::test_same_bits_every_call_every_thread_count_avx2_and_avx512",
     "tests/test_layouts.py::test_op_level",
     "-k",
     "not base",
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     library = build(cc)
     tests = QUICK if args.quick else FULL
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
-    cmd += ["-p", "tests.sanitized", *args.pytest_args]
+    cmd += ["-p", "tests.support.sanitized", *args.pytest_args]
     print(f"sanitize: {library.relative_to(ROOT)} under ASan + UBSan: {' '.join(cmd[3:])}")
     return subprocess.run(cmd, cwd=ROOT, env=environment(cc, library), check=False).returncode
 

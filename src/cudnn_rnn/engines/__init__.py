@@ -30,7 +30,7 @@ whose length follows from the shapes. cuDNN's reserve is such a size too, and CU
 fast engine, so traced CUDA calls take it: ``torch.compile(fullgraph=True)`` and
 ``torch.export`` carry it as a data-dependent size; without ``fullgraph`` the graph breaks at
 the RNN, which then runs eagerly. The engines agree to float rounding (tests/test_operator.py,
-tests/test_native.py, tests/test_cudnn_engine.py).
+tests/engines/test_native.py, tests/engines/test_cudnn_engine.py).
 
 float64, float16 and bfloat16 on CPU, projection on CPU, bfloat16 on CUDA and CUDA without cuDNN
 stay on torch's kernels and the loop. Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on

@@ -27,7 +27,8 @@ from cudnn_rnn import convert
 from cudnn_rnn.cli import main
 from cudnn_rnn.formats.canonical import layer_canonical
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
-from tests import h5_hostile
+from tests.support import h5_hostile
+from tests.support.paths import FIXTURES, ROOT
 
 h5py = pytest.importorskip("h5py")
 
@@ -39,7 +40,7 @@ from cudnn_rnn.formats.keras_h5 import (  # noqa: E402
     keras_h5_weights,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "keras2"
+FIXTURES = FIXTURES / "keras2"
 PLAIN_WEIGHTS = {
     "assume_cudnn_activations": True,
     "simple_rnn_activation": {"simple_rnn_1": "relu"},
@@ -397,8 +398,9 @@ def test_missing_file() -> None:
 
 # -- files that make HDF5 loop, crash or raise: read in a separate process -------------------
 #
-# Made from the fixtures written by Keras by the corruptions of tests/h5_hostile.py and a few more
-# found by experiment; through the old in-process reader each one hung, killed or raised bare.
+# Made from the fixtures written by Keras by the corruptions of tests/support/h5_hostile.py and a
+# few more found by experiment; through the old in-process reader each one hung, killed or raised
+# bare.
 
 
 def _corrupted(edit: Any, tmp_path: Path, name: str = "cudnn_weights.h5") -> Path:
@@ -439,7 +441,7 @@ def survived(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
         "heap-loop": _corrupted(h5_hostile.heap_loop, folder),
         "weight-names-segv": _corrupted(h5_hostile.weight_names_segv, folder, "cudnn_model.h5"),
     }
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     cmd = [sys.executable, "-c", _SURVIVOR, *map(str, paths.values())]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"the calling process died ({proc.returncode}):\n{proc.stderr}"

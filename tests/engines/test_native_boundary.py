@@ -12,15 +12,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
 from cudnn_rnn import CudnnGRU, ops
 from cudnn_rnn.engines import native
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LEVELS = native.level_names()
 pytestmark = pytest.mark.skipif(not native.available(), reason="native engine not loaded")
 
@@ -110,7 +109,7 @@ def test_every_activation_of_every_isa_keeps_nan_and_infinities(level: str, kind
     want = TORCH_FN[kind](SPECIAL)
     assert torch.equal(got.isnan(), want.isnan()), (got, want)
     # NaN and the infinities give exactly torch's (0, 1, -1, inf); past float's range the
-    # sigmoid's 0 and 1 and exp's inf too. Within range the ulp tests (tests/test_native.py)
+    # sigmoid's 0 and 1 and exp's inf too. Within range the ulp tests (tests/engines/test_native.py)
     # bound the values.
     exact = SPECIAL.isnan() | SPECIAL.isinf() | (SPECIAL.abs() > 88.8)
     exact &= ~want.isnan()

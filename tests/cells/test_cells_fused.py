@@ -28,7 +28,7 @@ from cudnn_rnn.cells import (
     stack_bidirectional_dynamic_rnn,
 )
 from cudnn_rnn.core.spec import RNNSpec
-from tests.test_cells import (
+from tests.cells.test_cells import (
     F64,
     MODES,
     Cell,

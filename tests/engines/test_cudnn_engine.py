@@ -1,6 +1,6 @@
 """The ``cudnn`` engine on the CPU, through a stand-in for aten's cuDNN entry points.
 
-What a GPU adds is checked by the ``cuda``-marked tests (tests/test_cuda_engine.py) and
+What a GPU adds is checked by the ``cuda``-marked tests (tests/engines/test_cuda_engine.py) and
 ``make gpu-check``. Here the engine's own work is checked where CI runs: the buffer handed to
 cuDNN (ours in place, or a copy where cuDNN pads or under skip_input), packing of variable
 lengths, states in cuDNN's batch order, the weight gradient assembled as one buffer, dropout
@@ -24,8 +24,8 @@ from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import cudnn
-from tests.cudnn_standin import StandIn
-from tests.helpers import (
+from tests.support.cudnn_standin import StandIn
+from tests.support.helpers import (
     assert_matches_oracle,
     check_export_dynamic,
     make_case,

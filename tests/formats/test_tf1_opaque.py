@@ -25,8 +25,9 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.formats import cudnn_layout, tf1_bundle
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
+from tests.support.paths import FIXTURES
 
-HERE = Path(__file__).parent / "fixtures"
+HERE = FIXTURES
 FIXTURES = HERE / "tf1_opaque"
 CUDNN = HERE / "cudnn" / "cudnn_buffers.safetensors"
 LAYOUTS = ("classic", "per_layer", "aligned")

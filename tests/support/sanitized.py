@@ -1,6 +1,6 @@
 """pytest plugin of the sanitizer run (tools/sanitize.py): refuse to run on another build.
 
-Loaded with ``-p tests.sanitized``; the session stops at once unless the native engine was
+Loaded with ``-p tests.support.sanitized``; the session stops at once unless the native engine was
 loaded from the file ``CUDNN_RNN_NATIVE_LIBRARY`` names, so a run cannot pass by testing the
 package's unsanitized build.
 """

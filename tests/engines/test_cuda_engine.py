@@ -7,7 +7,7 @@ exported training, opcheck, no host synchronisation without lengths, CUDA graph 
 on NCCL.
 
 ``CUDNN_RNN_STANDIN=1`` runs the tests that do not need CUDA itself on the CPU through the
-stand-in of tests/cudnn_standin.py, to check the tests without a GPU.
+stand-in of tests/support/cudnn_standin.py, to check the tests without a GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, engines, operator
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import cudnn
-from tests.helpers import check_export_dynamic, make_case, make_op, run_oracle
+from tests.support.helpers import check_export_dynamic, make_case, make_op, run_oracle
 
 STANDIN = os.environ.get("CUDNN_RNN_STANDIN") == "1"
 DEVICE = "cpu" if STANDIN else "cuda"
@@ -39,7 +39,7 @@ if not STANDIN:
 @pytest.fixture(autouse=True)
 def _engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     if STANDIN:
-        from tests.cudnn_standin import StandIn
+        from tests.support.cudnn_standin import StandIn
 
         monkeypatch.setattr(cudnn, "ATEN", StandIn())
         monkeypatch.setattr(cudnn, "_PLANS", {})
@@ -298,7 +298,7 @@ def test_opcheck(need_grad: bool) -> None:
     x = torch.randn(5, 3, 2, dtype=F64, device=DEVICE)
     args = (params, x, *states, None, None, *operator.static_of(spec), 0.0, 0, need_grad, False)
     # Training calls: the two aot_dispatch checks trace the operator alone with its reserve as
-    # a graph output, which the backward writes into (see tests/test_cudnn_engine.py).
+    # a graph output, which the backward writes into (see tests/engines/test_cudnn_engine.py).
     checks = ("test_schema", "test_autograd_registration", "test_faketensor")
     torch.library.opcheck(
         torch.ops.cudnn_rnn.rnn.default,

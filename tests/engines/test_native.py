@@ -25,7 +25,7 @@ from cudnn_rnn import engines
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import loop, native
-from tests.helpers import (
+from tests.support.helpers import (
     assert_matches_oracle,
     make_case,
     make_op,
@@ -359,7 +359,7 @@ def test_disabled_by_environment_runs_torch_kernels() -> None:
     """CUDNN_RNN_NATIVE=0: no warning, torch's kernels, the same numbers."""
     code = (
         "import warnings, torch, cudnn_rnn; warnings.simplefilter('error');"
-        "from tests.helpers import make_case, run_ours, run_oracle;"
+        "from tests.support.helpers import make_case, run_ours, run_oracle;"
         "from cudnn_rnn.core.spec import RNNSpec;"
         "from cudnn_rnn import engines;"
         "spec = RNNSpec('gru', 2, 5, 3, direction='bidirectional');"

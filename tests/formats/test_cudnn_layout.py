@@ -10,15 +10,15 @@ same length, every value at cuDNN's offset, padding (if any) zero.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 
 from cudnn_rnn import convert
+from tests.support.paths import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "cudnn" / "cudnn_buffers.safetensors"
+FIXTURE = FIXTURES / "cudnn" / "cudnn_buffers.safetensors"
 
 
 def _cases() -> dict[str, dict]:

@@ -18,8 +18,9 @@ from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.formats import tf1_bundle
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
+from tests.support.paths import FIXTURES
 
-HERE = Path(__file__).resolve().parent / "fixtures" / "tf1_old_names"
+HERE = FIXTURES / "tf1_old_names"
 LAYERS = {"lstm": CudnnLSTM, "gru": CudnnGRU}
 #: fixture -> (scope of the layer, exact biases in the file)
 FIXTURES = {

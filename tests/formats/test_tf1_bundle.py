@@ -35,8 +35,9 @@ from cudnn_rnn.formats.tf1_bundle import (
     read_bundle_index,
     write_bundle,
 )
+from tests.support.paths import FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "tf1"
+FIXTURES = FIXTURES / "tf1"
 TF_FIXTURES = [
     "cudnn_lstm",
     "cudnn_gru_bidi",

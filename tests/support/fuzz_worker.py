@@ -1,8 +1,9 @@
 """The fuzz run of one file format, in its own process under a memory limit (tests/test_fuzz.py).
 
-``python -m tests.fuzz_worker FORMAT FOLDER SEED CASES`` writes a valid file of FORMAT from a small
-layer, then reads ``CASES`` corrupted copies of it (truncations and byte flips at seeded random
-places) and a fixed set of hostile hand-made files, each with the reader a user would call:
+``python -m tests.support.fuzz_worker FORMAT FOLDER SEED CASES`` writes a valid file of FORMAT
+from a small layer, then reads ``CASES`` corrupted copies of it (truncations and byte flips at
+seeded random places) and a fixed set of hostile hand-made files, each with the reader a user
+would call:
 
 - ``safetensors``: ``checkpoint.restore`` into a layer (and ``checkpoint.describe``);
 - ``tf1``: ``checkpoint.restore`` of a TF1 bundle (index and data corrupted in turn);
@@ -46,6 +47,7 @@ import torch
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
 from cudnn_rnn.formats import keras_h5, tf1_bundle
 from cudnn_rnn.formats import onnx as onnx_format
+from tests.support.paths import FIXTURES
 
 HEADROOM = 1 << 30  # bytes the readers may allocate beyond what the imports took
 
@@ -696,7 +698,7 @@ FUZZERS["discovery"] = fuzz_discovery
 #: costs this much; a sound read takes about 0.1 s (one stopped anyway counts as a KerasH5Error,
 #: and the run must have read some files to pass).
 H5_TIME_LIMIT = 1.0
-KERAS2 = Path(__file__).resolve().parent / "fixtures" / "keras2"
+KERAS2 = FIXTURES / "keras2"
 
 
 def fuzz_h5(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
@@ -727,7 +729,7 @@ def fuzz_h5(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
     for label, blob, hostile in variants:
         path.write_bytes(blob)
         h5_read(run, label, path, want)
-        if hostile and "loop" not in label:  # the CLI on a loop: tests/test_keras_h5.py
+        if hostile and "loop" not in label:  # the CLI on a loop: tests/formats/test_keras_h5.py
             cli_read(run, f"inspect, {label}", ["inspect", str(path)], str(path))
     if not run.outcomes["ok"]:
         run.bad.append(f"no variant read back: is {H5_TIME_LIMIT} s too short here?")
@@ -758,7 +760,7 @@ def h5_read(run: Run, label: str, path: Path, want: dict[str, torch.Tensor]) -> 
 
 
 def hostile_h5(data: bytes, folder: Path, h5py: Any) -> list[tuple[str, bytes]]:
-    from tests import h5_hostile
+    from tests.support import h5_hostile
 
     def corrupted(edit: Callable[[bytearray], None]) -> bytes:
         out = bytearray(data)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,9 +34,10 @@ from cudnn_rnn.saveable import (
     CudnnRNNReluSaveable,
     CudnnRNNTanhSaveable,
 )
+from tests.support.paths import FIXTURES, ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "cudnn_rnn"
-FIXTURES = Path(__file__).parent / "fixtures" / "tf1"
+SRC = ROOT / "src" / "cudnn_rnn"
+FIXTURES = FIXTURES / "tf1"
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
     "lstm": CudnnLSTMSaveable,

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
 sys.path.insert(0, str(ROOT / "tools"))
-import sanitize  # noqa: E402
+import sanitize
 
 CC = sanitize.compiler()
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from cudnn_rnn.formats.onnx import from_onnx, to_onnx
 from cudnn_rnn.formats.torch_nn import from_torch
-from tests.test_convert_torch import DIRECTIONS, MODES, TORCH_CLASSES, inputs_for, random_layer
+from tests.formats.test_torch_nn import DIRECTIONS, MODES, TORCH_CLASSES, inputs_for, random_layer
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

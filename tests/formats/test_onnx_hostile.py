@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from cudnn_rnn.formats.onnx import OnnxFormatError, from_onnx, load_model, to_onnx
-from tests.test_convert_onnx import our_model, rnn_nodes
-from tests.test_convert_torch import random_layer
+from tests.formats.test_onnx import our_model, rnn_nodes
+from tests.formats.test_torch_nn import random_layer
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper

@@ -1,0 +1,1 @@
+"""What the tests share: helpers, the cuDNN stand-in, hostile files, the fuzz worker, paths."""
