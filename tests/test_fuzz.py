@@ -4,7 +4,8 @@ Each format runs in its own process (``tests/support/fuzz_worker.py``) under an 
 limit, so a reader that allocates from a file's claim fails the test instead of the machine. A
 case passes when the read gives the original values exactly or raises the reader's own error
 type with the target unchanged; the CLI must exit 0 or 2 with one stderr line naming the file.
-The seeds are fixed: a failure reproduces with ``python -m tests.support.fuzz_worker FORMAT DIR SEED CASES``.
+The seeds are fixed: a failure reproduces with
+``python -m tests.support.fuzz_worker FORMAT DIR SEED CASES``.
 """
 
 from __future__ import annotations
