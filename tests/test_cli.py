@@ -250,3 +250,28 @@ def test_convert_of_a_tf1_training_checkpoint_keeps_both_biases(tmp_path: Path) 
     assert state.keys() == reference.keys()
     for name, value in reference.items():
         assert torch.equal(state[name], value), name
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``cudnn-rnn inspect FILE | head``: when the reader has closed the pipe, we stop without a
+    word on stderr, with the status of a process that SIGPIPE ended (141)."""
+    layer = CudnnLSTM(3, 4, input_size=3, direction="bidirectional")
+    path = tmp_path / "m.safetensors"
+    checkpoint.save(str(path), layer)
+    code = "import sys; from cudnn_rnn.cli import main; sys.exit(main(['inspect', sys.argv[1]]))"
+    producer = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert producer.stdout is not None and producer.stderr is not None
+    producer.stdout.close()  # closed before the first line is written (imports take a second)
+    with producer.stderr:
+        err = producer.stderr.read().decode()
+    assert producer.wait(timeout=120) == 141, err
+    assert err == ""
+    script = Path(sys.executable).with_name("cudnn-rnn")
+    if script.exists():  # and the installed command through a real `head` that reads nothing
+        result = subprocess.run(
+            f"'{script}' inspect '{path}' | head -n 0; echo \"${{PIPESTATUS[0]}}\"",
+            shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.stderr == "" and result.stdout.splitlines()[-1] == "141", result

@@ -658,6 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(problem)
     try:
         {"inspect": _inspect, "convert": _convert, "bench": _bench}[args.command](args)
+    except BrokenPipeError:  # `cudnn-rnn inspect f | head -3`: the reader has all it wants
+        return _closed_pipe()
     except (_OutputError, _OptionError) as err:  # one line of ours, ending with what to do
         return _fail(str(err))
     except OSError as err:
@@ -671,6 +673,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             path,
         )
     return 0
+
+
+def _closed_pipe() -> int:
+    """End quietly when the program reading our output closed the pipe, as a Unix tool killed by
+    SIGPIPE does (exit status 128 + 13), with nothing on stderr. Standard output goes to
+    /dev/null first, so that the interpreter's last flush does not fail on the pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return 128 + 13
 
 
 def _source_problem(path: str) -> str | None:
