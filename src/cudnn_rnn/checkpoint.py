@@ -601,10 +601,15 @@ def restore(
     if problems:
         raise CheckpointError(path, problems)
     exact = _opaque_plan(path, bundle, found, tensors, optimizer, opaque_name)
-    load_into(path, found, tensors)
-    legacy.apply()
+    # Every final buffer is known before anything is written, and each is written once: a
+    # layer's exact buffer from its opaque kernel, else from TF 1.3's exact biases, else from
+    # the canonical tensors (each summed bias split in halves).
+    buffers = {id(param): value for param, value in legacy.writes}
     if exact is not None:
-        exact.apply()
+        buffers.update({id(param): value for param, value in exact.writes})
+    load_into(path, found, tensors, buffers)
+    if exact is not None:
+        exact.apply_states()
 
 
 def _opaque_plan(
@@ -641,9 +646,15 @@ def _opaque_plan(
 
 
 def load_into(
-    path: str | os.PathLike[str], objects: Sequence[Checkpointable], tensors: Mapping[str, Tensor]
+    path: str | os.PathLike[str],
+    objects: Sequence[Checkpointable],
+    tensors: Mapping[str, Tensor],
+    buffers: Mapping[int, Tensor] | None = None,
 ) -> None:
-    """Load checked ``tensors`` into every object, all or nothing (see :func:`restore`)."""
+    """Load checked ``tensors`` into every object, all or nothing (see :func:`restore`).
+
+    ``buffers`` maps ``id`` of an object's opaque buffer to its final value, which is written
+    instead of the buffer the canonical tensors give (a TF1 file's exact biases)."""
     plans = [(obj, obj.checkpoint_shapes()) for obj in objects]
     # An object with a dimension the file decides (an unbuilt cell) is built by its load, which
     # cannot be undone: try it on a copy first, and load it last.
@@ -654,14 +665,14 @@ def load_into(
                 replica = copy.deepcopy(obj)
             except Exception:  # not copyable: its own load still checks before it builds
                 continue
-            _load_one(path, replica, shapes, tensors, [])
+            _load_one(path, replica, shapes, tensors, [], buffers)
     order = [p for p, t in zip(plans, open_ended) if not t]
     order += [p for p, t in zip(plans, open_ended) if t]
     # Each object's own load is all-or-nothing; those loaded before the last are snapshotted
     # (before anything is written), so that a later refusal puts them back.
     snapshots = [_snapshot(obj) for obj, _ in order[:-1]]
     for i, (obj, shapes) in enumerate(order):
-        _load_one(path, obj, shapes, tensors, snapshots[:i])
+        _load_one(path, obj, shapes, tensors, snapshots[:i], buffers)
 
 
 def _load_one(
@@ -670,9 +681,15 @@ def _load_one(
     names: Iterable[str],
     tensors: Mapping[str, Tensor],
     snapshots: Sequence[list[tuple[Tensor, Tensor]]],
+    buffers: Mapping[int, Tensor] | None = None,
 ) -> None:
+    opaque = _opaque_of(obj)
     try:
-        obj.checkpoint_load({name: tensors[name] for name in names})
+        if buffers and opaque is not None and id(opaque) in buffers:
+            with torch.no_grad():
+                opaque.copy_(buffers[id(opaque)])
+        else:
+            obj.checkpoint_load({name: tensors[name] for name in names})
     except Exception as err:
         with torch.no_grad():
             for snapshot in snapshots:
@@ -683,14 +700,23 @@ def _load_one(
         ) from err
 
 
+def _opaque_of(obj: Checkpointable) -> Tensor | None:
+    """A layer's ``opaque_kernel`` or a saveable's ``opaque_params`` (None for a cell)."""
+    for attr in ("opaque_kernel", "opaque_params"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, Tensor):
+            return value
+    return None
+
+
 def _snapshot(obj: Checkpointable) -> list[tuple[Tensor, Tensor]]:
     """(tensor, copy) of everything a load may write in ``obj``."""
     held: list[Tensor]
     if isinstance(obj, nn.Module):
         held = list(obj.parameters())
     else:
-        opaque = getattr(obj, "opaque_params", None)
-        held = [opaque] if isinstance(opaque, Tensor) else []
+        opaque = _opaque_of(obj)
+        held = [opaque] if opaque is not None else []
     with torch.no_grad():
         return [(t, t.detach().clone()) for t in held]
 

@@ -22,7 +22,7 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNNTanh, checkpoint
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, PROJECTION, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.formats import cudnn_layout, tf1_bundle
+from cudnn_rnn.formats import cudnn_layout, tf1_bundle, tf1_opaque
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
 from tests.support.paths import FIXTURES
@@ -750,3 +750,48 @@ def test_windows_whose_keys_collide_are_told_apart_by_value() -> None:
     assert found.offsets[0] == 0 and found.padding == 2048
     with pytest.raises(LayoutNotFound, match=r"1 of 2 matrices are nowhere in the buffer: layer 0"):
         discover(spec, np.concatenate([decoy, packed[2048:]]), [w, r], biases, {})
+
+
+# -- an opaque kernel picked by size alone that does not fit (issue 22) --------------------------
+
+
+def _foreign_kernel(tmp_path: Path) -> Path:
+    """The gru_bi file with its kernel moved to another path and its first matrix corrupted:
+    a kernel of the right size that nothing names this layer's, and that does not fit."""
+    e = _expected("gru_bi", "classic")
+
+    def move(arrays: dict[str, np.ndarray]) -> None:
+        buf = arrays.pop("bigru/opaque_kernel").copy()
+        buf[np.flatnonzero(buf == e["w0"].reshape(-1)[0])[0]] += 1.0
+        arrays["some_other_model/opaque_kernel"] = buf
+
+    return _rewrite(tmp_path, "gru_bi", "classic", move)
+
+
+def test_a_kernel_picked_by_size_that_does_not_fit_is_skipped_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    prefix = _foreign_kernel(tmp_path)
+    layer = MODELS["gru_bi"]()
+    with pytest.warns(tf1_opaque.OpaqueKernelSkipped, match=r"skipped 'some_other_model/opaque"):
+        checkpoint.restore(prefix, layer)
+    canonical = MODELS["gru_bi"]()
+    checkpoint.restore(prefix, canonical, opaque_name=False)
+    assert torch.equal(layer.opaque_kernel.detach(), canonical.opaque_kernel.detach())
+    # Named, it must fit; and the optimizer's slots need it, so it refuses then too.
+    with pytest.raises(checkpoint.CheckpointError, match="no cuDNN layout"):
+        checkpoint.restore(prefix, MODELS["gru_bi"](), opaque_name="some_other_model/opaque_kernel")
+    other = MODELS["gru_bi"]()
+    with pytest.raises(checkpoint.CheckpointError, match="nothing was restored"):
+        checkpoint.restore(prefix, other, optimizer=torch.optim.Adam(other.parameters()))
+
+
+def test_a_restore_writes_each_buffer_once() -> None:
+    """The final buffer (both biases of every gate from the opaque kernel) is computed first and
+    written once: the parameter's version counter moves by one."""
+    layer = MODELS["lstm"]()
+    before = layer.opaque_kernel._version
+    checkpoint.restore(_prefix("lstm", "classic"), layer)
+    assert layer.opaque_kernel._version == before + 1
+    want = torch.from_numpy(_expected("lstm", "classic")["ours"])
+    assert torch.equal(layer.opaque_kernel.detach(), want)

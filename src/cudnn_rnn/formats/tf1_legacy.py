@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from cudnn_rnn.checkpointable import Shape
@@ -166,14 +165,9 @@ def _object_path(
 
 @dataclass
 class ExactBiases:
-    """The opaque buffers to write after the canonical load: TF 1.3's exact biases."""
+    """The opaque buffers to write instead of the canonical load's: TF 1.3's exact biases."""
 
     writes: list[tuple[Tensor, Tensor]] = field(default_factory=list)
-
-    def apply(self) -> None:
-        with torch.no_grad():
-            for param, value in self.writes:
-                param.copy_(value)
 
 
 def exact_biases(

@@ -37,6 +37,7 @@ checked in our layout: the padding of a foreign buffer holds no parameter and is
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,19 +82,23 @@ class OpaqueRestoreError(CudnnRNNError, ValueError):
         super().__init__("; ".join(self.problems))
 
 
+class OpaqueKernelSkipped(UserWarning):
+    """An opaque kernel picked by its size alone (not named, not at the layer's own path) does
+    not fit the layer's canonical tensors: it was skipped, and the restore used those tensors."""
+
+
 @dataclass
 class Plan:
-    """What a restore writes after the canonical load: exact buffers and optimizer states."""
+    """What a restore writes: exact buffers (instead of the canonical load) and optimizer
+    states."""
 
     writes: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     states: list[tuple[torch.optim.Optimizer, Tensor, dict[str, Any]]] = field(default_factory=list)
     #: opaque variable name -> (alignment, unit, padding) of the layout found, for messages.
     found: dict[str, tuple[int, str, int]] = field(default_factory=dict)
 
-    def apply(self) -> None:
-        with torch.no_grad():
-            for param, value in self.writes:
-                param.copy_(value)
+    def apply_states(self) -> None:
+        """Give each optimizer its state (the buffers are written by the restore itself)."""
         for optimizer, param, state in self.states:
             optimizer.state[param] = state
 
@@ -143,10 +148,13 @@ def plan(
         )
     problems: list[str] = []
     chosen: list[tuple[_Target, str]] = []
+    by_size: set[str] = set()  # picked by their size alone: skipped when they do not fit
     for t in targets:
         name = _choose(t, claims, opaque_name, problems)
         if name is not None:
             chosen.append((t, name))
+            if name != opaque_name and name != t.default:
+                by_size.add(name)
     if optimizer is not None and not chosen and not problems:
         problems.append(
             "optimizer= needs the opaque kernel's slots, but the file holds no opaque kernel "
@@ -160,7 +168,20 @@ def plan(
     arrays = {n: t.numpy() for n, t in read(sorted(wanted)).items()}
     out = Plan()
     for t, name in chosen:
-        _plan_one(t, name, arrays, canonical, optimizer, out, problems)
+        mine: list[str] = []
+        fits = _plan_one(t, name, arrays, canonical, optimizer, out, mine)
+        if not fits and name in by_size and optimizer is None:
+            # Nothing named it this layer's: it may well belong to another model of the file.
+            warnings.warn(
+                f"checkpoint.restore: {t.label}: skipped {name!r}, an opaque kernel picked by "
+                f"its size alone, which does not fit the canonical tensors ({mine[0]}); the "
+                "restore uses the canonical tensors (each summed bias split in halves). Pass "
+                "opaque_name= to require a kernel, or opaque_name=False to silence this.",
+                OpaqueKernelSkipped,
+                stacklevel=4,
+            )
+            continue
+        problems += mine
     if problems:
         raise OpaqueRestoreError(problems)
     return out
@@ -323,12 +344,14 @@ def _plan_one(
     optimizer: torch.optim.Optimizer | None,
     out: Plan,
     problems: list[str],
-) -> None:
+) -> bool:
+    """Plan the writes of one kernel; False when it does not fit the canonical tensors (another
+    dtype, or no layout), True otherwise (other problems go to ``problems``)."""
     spec = t.saveable.spec
     buffer = arrays[name]
     if spec.num_proj is not None:
         problems.append(f"{name}: TF1 layers have no projection; restore num_proj models alone")
-        return
+        return True
     dtypes = {
         str(canonical[n].dtype).removeprefix("torch.") for n in t.saveable.checkpoint_shapes()
     }
@@ -337,7 +360,7 @@ def _plan_one(
             f"{name} is {buffer.dtype} but the canonical tensors are {', '.join(sorted(dtypes))}; "
             "they cannot describe the same buffer"
         )
-        return
+        return False
     weights, known, sums = _canonical_arrays(t.saveable, canonical, buffer.dtype)
     kind = None if optimizer is None else _kind(optimizer)
     slot_names = [] if kind is None else [f"{name}/{s}" for s in _SLOTS[kind]]
@@ -351,7 +374,7 @@ def _plan_one(
             f"of {t.label} ({err}); pass opaque_name=False to restore from the canonical "
             "tensors alone (each summed bias split in halves)"
         )
-        return
+        return False
     out.found[name] = (layout.alignment, layout.unit, layout.padding)
     param = t.param
 
@@ -360,7 +383,7 @@ def _plan_one(
 
     out.writes.append((param, ours(layout.to_ours(buffer))))
     if optimizer is None or kind is None:
-        return
+        return True
     group = _group(optimizer, param)
     assert group is not None  # checked in _names_to_read
     mapped = [layout.to_ours(arrays[s]) for s in slot_names]
@@ -368,11 +391,12 @@ def _plan_one(
     for slot, values in zip(slot_names, mapped):
         _check_slot(slot, values, problems)
     if len(problems) > before:
-        return
+        return True
     slots = [ours(values) for values in mapped]
     state = _state(kind, group, param, slots, arrays, name, problems)
     if state is not None:
         out.states.append((optimizer, param, state))
+    return True
 
 
 def _check_slot(name: str, values: np.ndarray, problems: list[str]) -> None:
