@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudnn_rnn import atomic, checkpoint, cli, convert
-from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn import atomic, checkpoint, cli, convert, model_files
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnLSTM
 from examples import demo
 
@@ -79,7 +79,8 @@ def _onnx(layer: CudnnLSTM, d: Path) -> list[Path]:
 
 
 def _cli_pt(layer: CudnnLSTM, d: Path) -> list[Path]:
-    assert cli.save_layer(layer, str(d / "m.pt")) == "torch state_dict"  # what convert calls
+    # what `cudnn-rnn convert` calls
+    assert model_files.save_layer(layer, str(d / "m.pt")) == "torch state_dict"
     return [d / "m.pt"]
 
 
@@ -475,7 +476,7 @@ def _kill_harness(kind: str, directory: str) -> list[dict[str, object]]:
     def read() -> dict[str, torch.Tensor]:
         if kind.startswith("cli-"):
             with contextlib.redirect_stdout(io.StringIO()):
-                return entries(cli.load_layer(str(path)))
+                return entries(model_files.load_layer(str(path)))
         return entries(convert.from_onnx(path)) if kind == "onnx" else restored(path)
 
     results = []

@@ -19,7 +19,7 @@ from cudnn_rnn.cells import (
     MultiRNNCell,
     dynamic_rnn,
 )
-from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf1"

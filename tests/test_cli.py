@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from cudnn_rnn import checkpoint
-from cudnn_rnn.cli import detect_models, load_layer, main
+from cudnn_rnn.cli import main
+from cudnn_rnn.formats.detect import detect_models
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
+from cudnn_rnn.model_files import load_layer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf1"
 pytestmark = [

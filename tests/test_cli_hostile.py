@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 
 from cudnn_rnn import checkpoint, cli
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnLSTM
 
 _LSTM = "rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell"
@@ -260,7 +261,7 @@ def test_detect_models_skips_what_it_cannot_read() -> None:
         "b/rnn/multi_rnn_cell/cell_0/basic_rnn_cell/kernel": (4, 2),
         "b/rnn/multi_rnn_cell/cell_0/basic_rnn_cell/bias": (2,),
     }
-    models, skipped = cli.detect_models_and_skipped(shapes)
+    models, skipped = detect_models_and_skipped(shapes)
     assert [m["scope"] for m in models] == ["b"]
     assert skipped == [
         "rnn/multi_rnn_cell (cudnn_compatible_lstm_cell): layer-0 bias has shape [], expected "
@@ -268,7 +269,7 @@ def test_detect_models_skips_what_it_cannot_read() -> None:
         "a/rnn/multi_rnn_cell (cudnn_compatible_gru_cell): no layer-0 "
         "candidate/input_projection/bias",
     ]
-    assert cli.detect_models(shapes) == models
+    assert detect_models(shapes) == models
 
 
 def test_any_failure_is_still_one_line(

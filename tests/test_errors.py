@@ -11,9 +11,12 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, cli, convert
+from cudnn_rnn import checkpoint, cli, convert, files, model_files
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, protobuf_wire, tf1_bundle, tf1_opaque
+from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, torch_file
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
+from cudnn_rnn.formats.tf1 import protobuf_wire
 
 
 def _junk(tmp_path: Path, name: str) -> str:
@@ -29,6 +32,15 @@ def _discovery_failure() -> None:
     weights = [rng.standard_normal(p.shape) for p in layout.weights]
     biases = [rng.standard_normal(p.shape) for p in layout.biases]
     cudnn_layout.discover(spec, np.zeros(layout.size), weights, biases, {})  # matrices absent
+
+
+def _two_models(tmp_path: Path) -> str:
+    path = str(tmp_path / "two.safetensors")
+    checkpoint.save(
+        path,
+        [cudnn_rnn.CudnnGRU(1, 2, input_size=2, scope="a"), cudnn_rnn.CudnnGRU(1, 2, input_size=2)],
+    )
+    return path
 
 
 def _opaque_refusal() -> None:
@@ -67,7 +79,28 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         Exception,
         lambda t: protobuf_wire.parse_message(b"\x0a\xff\xff\xff\x0f", "a probe"),
     ),
-    "UsageError": (cli.UsageError, Exception, lambda t: cli.load_layer(_junk(t, "x.pt"))),
+    "UsageError": (
+        cli.UsageError,
+        Exception,
+        lambda t: model_files.load_layer(_two_models(t)),
+    ),
+    "FormatError": (files.FormatError, ValueError, lambda t: files.open_regular(t)),
+    "NotRegularFile": (files.NotRegularFile, ValueError, lambda t: files.sniff(t)),
+    "FileTooLarge": (
+        files.FileTooLarge,
+        ValueError,
+        lambda t: files.open_regular(_junk(t, "x.bin"), max_size=10),
+    ),
+    "TorchFileError": (
+        torch_file.TorchFileError,
+        ValueError,
+        lambda t: torch_file.read_state(_junk(t, "x.pt")),
+    ),
+    "UnsupportedFormat": (
+        model_files.UnsupportedFormat,
+        ValueError,
+        lambda t: model_files.load_layer(_junk(t, "x.bin")),
+    ),
 }
 
 

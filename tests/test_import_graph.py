@@ -1,8 +1,10 @@
 """The package's imports point one way: no cycle, and lower layers never import upper ones.
 
 DESIGN.md: ``core`` (pure Python + NumPy) <- the operator and its engines <- ops, layers, cells,
-saveables <- ``formats`` <- ``cli``. Every module under ``src/cudnn_rnn`` is parsed with ``ast``
-(never imported, so nothing here depends on torch or on import order), and every import of
+saveables <- ``formats`` <- ``cli``. In the file wing: ``files`` (safe opening, sniffing, the
+format error base; on ``errors`` only) <- ``formats`` <- ``checkpoint`` <- ``model_files`` <-
+``cli``. Every module under ``src/cudnn_rnn`` is parsed with ``ast`` (never imported, so nothing
+here depends on torch or on import order), and every import of
 ``cudnn_rnn.*`` counts: module-level, inside functions, under ``TYPE_CHECKING``. A lazy import is
 still a dependency; it only changes when the dependency bites.
 
@@ -48,7 +50,10 @@ LOWER = tuple(
         "checkpointable",
     )
 )
-UPPER = tuple(f"{PACKAGE}.{name}" for name in ("formats", "convert", "cli", "bench"))
+UPPER = tuple(
+    f"{PACKAGE}.{name}"
+    for name in ("formats", "convert", "cli", "bench", "checkpoint", "model_files")
+)
 #: The folders beside the package (the benchmark suite, the GPU check, the demo) and the tests:
 #: they import the package, never the other way round (nor are they in the wheel).
 BESIDE = ("benchmarks", "tools", "examples", "tests")
@@ -69,13 +74,22 @@ CELLS_ORDER = tuple(f"{CELLS}.{name}" for name in ("compatible", "drivers", "sta
 TF_NAMES = f"{CORE}.tf_names"
 #: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may import:
 #: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
-#: The package's error base (``errors``, standard library only) sits below them all.
+#: The package's error base (``errors``, standard library only) sits below them all, and the file
+#: wing's bottom (``files``: safe opening, sniffing, the format error base) on it.
 ERRORS = f"{PACKAGE}.errors"
+FILES = f"{PACKAGE}.files"
+TF1 = f"{PACKAGE}.formats.tf1"
 TF1_LAYERS: dict[str, frozenset[str]] = {
-    f"{PACKAGE}.formats.tf1_bundle": frozenset({f"{PACKAGE}.atomic", ERRORS}),
-    f"{PACKAGE}.formats.tf1_table": frozenset({ERRORS}),
-    f"{PACKAGE}.formats.protobuf_wire": frozenset({ERRORS}),
+    f"{TF1}.bundle": frozenset({f"{PACKAGE}.atomic", FILES, ERRORS}),
+    f"{TF1}.table": frozenset({FILES, ERRORS}),
+    f"{TF1}.protobuf_wire": frozenset({ERRORS}),
 }
+FORMATS = f"{PACKAGE}.formats"
+#: Above every format: no module of formats imports them (checkpoint fits what formats read to
+#: objects; model_files picks a format by content for the command line).
+ABOVE_FORMATS = tuple(
+    f"{PACKAGE}.{name}" for name in ("checkpoint", "model_files", "convert", "cli", "bench")
+)
 
 
 @dataclass(frozen=True)
@@ -328,6 +342,40 @@ def test_the_error_base_imports_nothing_of_the_package(
     assert not bad, "cudnn_rnn.errors imports the package: " + ", ".join(bad)
 
 
+def test_files_imports_nothing_of_the_package_but_errors(
+    modules: dict[str, Path], edges: list[Edge]
+) -> None:
+    """``files`` is the bottom of the file wing: every reader and writer may stand on it."""
+    assert FILES in modules
+    bad = [f"{e.target} ({e.where})" for e in edges if e.source == FILES and e.target != ERRORS]
+    assert not bad, "cudnn_rnn.files imports the package beyond errors: " + ", ".join(bad)
+
+
+def test_files_imports_only_the_standard_library(modules: dict[str, Path]) -> None:
+    path = modules[FILES]
+    foreign = [
+        f"{imp.target} ({path.relative_to(SRC.parent)}:{imp.line})"
+        for imp in imports_of(path.read_text(encoding="utf-8"), FILES, is_package(path))
+        if imp.target.split(".")[0] not in (*sys.stdlib_module_names, PACKAGE)
+    ]
+    assert not foreign, "cudnn_rnn.files is standard library only: " + ", ".join(foreign)
+
+
+def test_formats_never_import_checkpoint_or_what_stands_above_it(
+    modules: dict[str, Path], edges: list[Edge]
+) -> None:
+    """checkpoint may import formats; no module of formats imports checkpoint (or the modules
+    above it), so CheckpointError lives in formats (``formats.safetensors``, re-exported)."""
+    assert f"{FORMATS}.safetensors" in modules and f"{TF1}.bundle" in modules
+    assert any(e.source == f"{PACKAGE}.checkpoint" and in_package(e.target, FORMATS) for e in edges)
+    bad = [
+        f"{e.source} imports {e.target} ({e.where})"
+        for e in edges
+        if in_package(e.source, FORMATS) and any(in_package(e.target, a) for a in ABOVE_FORMATS)
+    ]
+    assert not bad, "a format imports checkpoint or a module above it:\n" + "\n".join(bad)
+
+
 def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:
     rank = {module: i for i, module in enumerate(CELLS_ORDER)}
     bad = [
@@ -344,7 +392,7 @@ def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:
 
 def test_every_module_that_names_tensors_uses_tf_names(edges: list[Edge]) -> None:
     users = {e.source for e in edges if e.target == TF_NAMES}
-    namers = {f"{PACKAGE}.saveable", f"{PACKAGE}.cli", *CELLS_ORDER}
+    namers = {f"{PACKAGE}.saveable", f"{FORMATS}.detect", f"{PACKAGE}.model_files", *CELLS_ORDER}
     assert namers <= users, f"not built with {TF_NAMES}: {sorted(namers - users)}"
 
 

@@ -887,7 +887,7 @@ which also serves tests/engines/test_cudnn_engine.py in every CI run.
   compatible cells run fused on CUDA equal the step-by-step loop, values and gradients (float64).
 - `tests/formats/test_torch_nn.py::test_cuda_device_is_kept`: converting a CUDA layer to `torch.nn`
   and back keeps it on the GPU.
-- `tests/formats/test_tf1_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
+- `tests/formats/tf1/test_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
   discovery that reads TF1 checkpoints' opaque kernels (`formats/cudnn_layout.py`), given only a
   `torch.nn` module's matrices and each gate's bias sum, finds the buffer cuDNN lays out for it
   right now and splits both biases exactly. `tests/fixtures/cudnn/` keeps nine such buffers, so

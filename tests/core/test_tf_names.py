@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from cudnn_rnn import checkpoint, cli
+from cudnn_rnn import checkpoint
 from cudnn_rnn.cells import (
     BasicRNNCell,
     BidirectionalStack,
@@ -27,6 +27,7 @@ from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.tf_names import TFName, cell_scope, parse, variable_name
+from cudnn_rnn.formats.detect import detect_models
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
     CudnnLSTMSaveable,
@@ -229,7 +230,7 @@ def test_the_command_line_reads_names_with_the_module() -> None:
     for mode, direction, scope, proj in GRID:
         saveable = _saveable(mode, 3, direction, scope, proj)
         shapes = {k: tuple(int(d or 0) for d in v) for k, v in saveable.checkpoint_shapes().items()}
-        (model,) = cli.detect_models({**shapes, "global_step": ()})
+        (model,) = detect_models({**shapes, "global_step": ()})
         assert model["rnn_mode"] == ("rnn_tanh" if mode == "rnn_relu" else mode)
         assert (model["num_layers"], model["num_units"], model["input_size"]) == (3, 3, 2)
         assert (model["direction"], model["scope"], model["num_proj"]) == (direction, scope, proj)

@@ -180,12 +180,17 @@ def test_describe() -> None:
         ("hard_sigmoid_model.h5", r"layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid'"),
         ("reset_before_model.h5", r"layer 'gru' \(GRU\): reset_after=False"),
         ("reset_before_weights.h5", r"layer 'gru': a GRU bias of shape \[3H\] .*reset_after=False"),
-        ("merge_sum_model.h5", r"layer 'bidirectional' \(Bidirectional\): merge_mode 'sum'"),
+        (
+            "merge_sum_model.h5",
+            r"layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode 'sum'",
+        ),
         ("go_backwards_model.h5", r"layer 'lstm\w*' \(LSTM\): go_backwards=True"),
         (
             "plain_weights.h5",
-            r"layer 'lstm': a weights-only file does not record the activations of this plain "
-            r"LSTM; .*assume_cudnn_activations=True",
+            r"\(1\) layers 'lstm', 'bidirectional': a weights-only file does not record the "
+            r"activations of plain LSTM layers; .*assume_cudnn_activations=True.* \(2\) layers "
+            r"'gru', 'bidirectional_1': .* plain GRU layers; .* \(3\) layers 'simple_rnn', "
+            r"'simple_rnn_1': .* plain SimpleRNN layers",
         ),
     ],
 )
@@ -257,10 +262,15 @@ def test_bad_options() -> None:
 # -- broken and hostile files: KerasH5Error, never a crash or a hang --------------------------
 
 
-def _weights_file(path: Path, layers: dict[str, dict[str, Any]], **dataset: Any) -> Path:
-    """A weights-only file in Keras 2's layout: ``{layer: {weight base name: array}}``."""
+def _weights_file(
+    path: Path, layers: dict[str, dict[str, Any]], version: str | None = "2.21.0", **dataset: Any
+) -> Path:
+    """A weights-only file in Keras 2's layout: ``{layer: {weight base name: array}}``, with the
+    ``keras_version`` attribute tf-keras 2.21 writes (None: none)."""
     with h5py.File(path, "w") as f:
         f.attrs["layer_names"] = np.array([n.encode() for n in layers])
+        if version is not None:
+            f.attrs["keras_version"] = version
         for layer, weights in layers.items():
             group = f.create_group(layer)
             names = [f"{layer}/{w}:0" for w in weights]
@@ -630,3 +640,484 @@ def test_cli_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
         assert main(args) == 2
         err = capsys.readouterr().err
         assert err.startswith("cudnn-rnn: error: ") and err.count("\n") == 1 and str(path) in err
+
+
+# -- nested models: a model inside a model ---------------------------------------------------
+
+#: nested_model.h5's RNN layers: {name: (our class, direction)}; in the weights-only file a
+#: layer is named by its top-level group and its own name (the file records no level between).
+NESTED: Expected = {
+    "encoder/lstm": (CudnnLSTM, UNI),
+    "encoder/lstm_1": (CudnnLSTM, UNI),
+    "encoder/core/gru": (CudnnGRU, UNI),
+    "bidirectional": (CudnnLSTM, BI),
+    "head/simple_rnn": (CudnnRNNRelu, UNI),
+}
+NESTED_WEIGHTS_NAMES = {"encoder/gru": "encoder/core/gru"}
+
+
+def _check_against_keras(layers: dict[str, _CudnnRNN], keras: Any, name: str) -> None:
+    """A layer's output and final state against Keras 2's output for the same input."""
+    layer = layers[name]
+    out, state = _run(layer, keras[f"{name}/input"])
+    want = keras[f"{name}/output"]
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-6, err_msg=name)
+    h = layer.num_units
+    np.testing.assert_allclose(state[0][-layer.num_dirs].numpy(), want[:, -1, :h], atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    ("filename", "options", "names"),
+    [
+        ("nested_model.h5", {}, {}),
+        (
+            "nested_weights.h5",
+            {
+                "assume_cudnn_activations": True,
+                "simple_rnn_activation": {"head/simple_rnn": "relu"},
+            },
+            NESTED_WEIGHTS_NAMES,
+        ),
+    ],
+)
+def test_nested_models_equal_keras2(
+    filename: str, options: dict[str, Any], names: dict[str, str]
+) -> None:
+    """Layers of models inside a model are found, named by their path, and compute what Keras
+    computed for them inside the whole model."""
+    layers = from_keras_h5(FIXTURES / filename, **options)
+    layers = {names.get(name, name): layer for name, layer in layers.items()}
+    assert list(layers) == list(NESTED)
+    keras = np.load(FIXTURES / "nested_model.npz")
+    for name, (cls, direction) in NESTED.items():
+        assert type(layers[name]) is cls and layers[name].direction == direction
+        _check_against_keras(layers, keras, name)
+
+
+def test_nested_describe_and_pick() -> None:
+    described = describe_keras_h5(FIXTURES / "nested_model.h5")
+    assert [d["layer"] for d in described] == list(NESTED)
+    assert described[2] == {
+        "layer": "encoder/core/gru",
+        "keras_class": "GRU",
+        "rnn_mode": "gru",
+        "num_units": 4,
+        "input_size": 4,
+        "direction": "unidirectional",
+    }
+    picked = from_keras_h5(FIXTURES / "nested_model.h5", layers=["encoder/core/gru"])
+    assert list(picked) == ["encoder/core/gru"]
+    with pytest.raises(ValueError, match=r"has no RNN layer 'gru'; its RNN layers: \['encoder/"):
+        from_keras_h5(FIXTURES / "nested_model.h5", layers=["gru"])
+
+
+def test_cli_nested(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = str(FIXTURES / "nested_model.h5")
+    assert main(["inspect", src]) == 0
+    out = capsys.readouterr().out
+    assert "encoder/lstm_1/lstm_cell/kernel:0" in out  # the weights, under the outer group
+    assert "layer=encoder/core/gru, keras_class=GRU, rnn_mode=gru" in out
+    assert "layer=head/simple_rnn, keras_class=SimpleRNN, rnn_mode=rnn_relu" in out
+    dst = tmp_path / "gru.pt"
+    assert main(["convert", src, str(dst), "--layer", "encoder/core/gru"]) == 0
+    gru = torch.nn.GRU(4, 4, batch_first=True)
+    gru.load_state_dict(torch.load(dst, weights_only=True))
+    keras = np.load(FIXTURES / "nested_model.npz")
+    with torch.no_grad():
+        out_gru, _ = gru(torch.from_numpy(keras["encoder/core/gru/input"]))
+    np.testing.assert_allclose(out_gru.numpy(), keras["encoder/core/gru/output"], atol=2e-6)
+
+
+def test_nested_config_settings_refused(tmp_path: Path) -> None:
+    """A nested layer is judged by its config like any other, and named by its path."""
+
+    def edit(layers: list[dict[str, Any]]) -> None:
+        encoder = layers[1]["config"]["layers"]
+        core = encoder[3]["config"]["layers"]  # InputLayer, lstm, lstm_1, core, dense
+        core[1]["config"]["reset_after"] = False
+
+    with pytest.raises(ValueError, match=r"layer 'encoder/core/gru' \(GRU\): reset_after=False"):
+        from_keras_h5(_edited_config(tmp_path, "nested_model.h5", edit))
+
+
+def test_nested_layers_with_one_name_refused(tmp_path: Path) -> None:
+    """Two layers of one nested group with one name: their weights cannot be told apart."""
+
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[1]["config"]["layers"][3]["config"]["layers"][1]["config"]["name"] = "lstm"
+
+    with pytest.raises(
+        KerasH5Error,
+        match=r"layer 'encoder/lstm' \(LSTM\): another layer inside 'encoder' is also named "
+        r"'lstm'.* rename one in Keras",
+    ):
+        from_keras_h5(_edited_config(tmp_path, "nested_model.h5", edit))
+
+
+def _named_weights_file(path: Path, groups: dict[str, dict[str, np.ndarray]]) -> Path:
+    """A weights-only file whose weight names are given whole: ``{group: {name: array}}``."""
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = np.array([n.encode() for n in groups])
+        f.attrs["keras_version"] = "2.21.0"
+        for layer, weights in groups.items():
+            group = f.create_group(layer)
+            group.attrs["weight_names"] = np.array([f"{n}:0".encode() for n in weights])
+            for name, value in weights.items():
+                group.create_dataset(f"{name}:0", data=value)
+    return path
+
+
+def _lstm_weights(prefix: str, seed: int, i: int = 4, h: int = 4) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = {"kernel": (i, 4 * h), "recurrent_kernel": (h, 4 * h), "bias": (4 * h,)}
+    return {f"{prefix}/{k}": rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize(
+    ("scopes", "want"),
+    [
+        # tf-keras 2: each nested layer's weights start with its own name.
+        (("lstm/lstm_cell", "lstm_1/lstm_cell"), ["encoder/lstm", "encoder/lstm_1"]),
+        # graph-mode Keras scoped them under the nested model's name first.
+        (("encoder/lstm_1", "encoder/lstm_2"), ["encoder/lstm_1", "encoder/lstm_2"]),
+    ],
+)
+def test_weights_only_nested_model_is_not_a_bidirectional(
+    tmp_path: Path, scopes: tuple[str, str], want: list[str]
+) -> None:
+    """Two LSTMs of a nested model (4 -> 4 -> 4: equal shapes) under one group are two layers,
+    not one Bidirectional's two directions."""
+    weights = {**_lstm_weights(scopes[0], 1), **_lstm_weights(scopes[1], 2)}
+    path = _named_weights_file(tmp_path / "nested.h5", {"encoder": weights})
+    layers = from_keras_h5(path, assume_cudnn_activations=True)
+    assert list(layers) == want
+    assert all(layer.direction == UNI for layer in layers.values())
+    _, matrices, biases = layer_canonical(layers[want[1]], "test")  # the second one's own
+    np.testing.assert_array_equal(matrices[0].numpy(), weights[f"{scopes[1]}/kernel"][:, :4].T)
+    np.testing.assert_array_equal(torch.cat(biases[:4]).numpy(), weights[f"{scopes[1]}/bias"])
+
+
+def test_weights_only_bidirectional_stays_one_layer(tmp_path: Path) -> None:
+    weights = {
+        **_lstm_weights("bi/forward_lstm/lstm_cell", 1),
+        **_lstm_weights("bi/backward_lstm/lstm_cell", 2),
+    }
+    path = _named_weights_file(tmp_path / "bi.h5", {"bi": weights})
+    layers = from_keras_h5(path, assume_cudnn_activations=True)
+    assert list(layers) == ["bi"] and layers["bi"].direction == BI
+
+
+# -- weights-only files of Keras before 2.3: hard_sigmoid was the default ---------------------
+
+OLD = {"assume_cudnn_activations": True, "confirm_keras_version": "2.2.4"}
+
+
+def test_old_keras_version_refused_naming_version_and_layers() -> None:
+    """Keras 2.2 wrote keras_version '2.2.4'; its LSTM and GRU defaulted to hard_sigmoid."""
+    with pytest.raises(
+        ValueError,
+        match=r"^from_keras_h5: '[^']*old_keras_weights\.h5': layers 'lstm', 'gru', "
+        r"'bidirectional': recurrent_activation unknown: this weights-only file's keras_version "
+        r"is '2\.2\.4', and before Keras 2\.3 LSTM and GRU defaulted to "
+        r"recurrent_activation='hard_sigmoid'.* say so again with confirm_keras_version='2\.2\.4'",
+    ) as info:
+        from_keras_h5(FIXTURES / "old_keras_weights.h5", assume_cudnn_activations=True)
+    assert "simple_rnn" not in str(info.value)  # a SimpleRNN has no recurrent activation
+    described = describe_keras_h5(FIXTURES / "old_keras_weights.h5", assume_cudnn_activations=True)
+    assert [("refused" in d) for d in described] == [True, True, True, False]
+
+
+def test_old_keras_version_confirmed_equals_keras2() -> None:
+    layers = from_keras_h5(FIXTURES / "old_keras_weights.h5", **OLD)
+    keras = np.load(FIXTURES / "old_keras_weights.npz")
+    assert list(layers) == ["lstm", "gru", "bidirectional", "simple_rnn"]
+    for name in layers:
+        _check_against_keras(layers, keras, name)
+
+
+def test_old_keras_hard_sigmoid_is_what_the_refusal_prevents() -> None:
+    """Confirmed wrongly (the layers did use Keras 2.2's default hard_sigmoid), the outputs are
+    far from Keras's: the file alone cannot tell, hence the second confirmation."""
+    path = FIXTURES / "old_keras_hard_sigmoid_weights.h5"
+    with pytest.raises(ValueError, match=r"layers 'lstm', 'gru': recurrent_activation unknown"):
+        from_keras_h5(path, assume_cudnn_activations=True)
+    layers = from_keras_h5(path, **OLD)
+    keras = np.load(FIXTURES / "old_keras_hard_sigmoid_weights.npz")
+    for name, layer in layers.items():  # 500 times the tolerance of a right conversion, at least
+        out, _ = _run(layer, keras[f"{name}/input"])
+        assert np.abs(out - keras[f"{name}/output"]).max() > 1e-3, name
+
+
+def test_old_keras_version_not_assumed_lists_both() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"4 problems in 4 RNN layers: \(1\) layers 'lstm', 'bidirectional': a weights-only "
+        r"file does not record the activations of plain LSTM layers.* \(2\) layers 'lstm', 'gru', "
+        r"'bidirectional': recurrent_activation unknown: .*'2\.2\.4'.* \(3\) layer 'gru': .*plain "
+        r"GRU layers.* \(4\) layer 'simple_rnn': .*plain SimpleRNN layers",
+    ):
+        from_keras_h5(FIXTURES / "old_keras_weights.h5")
+
+
+def _with_version(tmp_path: Path, src: str, version: Any) -> Path:
+    path = tmp_path / src
+    shutil.copy(FIXTURES / src, path)
+    with h5py.File(path, "r+") as f:
+        for group in (f, f.get("model_weights")):
+            if group is not None:
+                if version is None:
+                    group.attrs.pop("keras_version", None)
+                else:
+                    group.attrs["keras_version"] = version
+    return path
+
+
+@pytest.mark.parametrize(
+    ("version", "old"),
+    [
+        ("2.2.4", True),
+        ("2.2.5", True),
+        ("2.2.4-tf", True),  # TF 1.13-1.15 (hard_sigmoid), also TF 2.0/2.1 (sigmoid): unknowable
+        ("2.1.6-tf", True),
+        ("2.0.8", True),
+        ("1.2.2", True),
+        ("unknown", True),
+        ("2", True),
+        ("x.y", True),
+        ("2.3.0", False),
+        ("2.3.0-tf", False),
+        ("2.4.0", False),
+        ("2.21.0", False),
+        ("3.8.0", False),
+    ],
+)
+def test_which_versions_are_old(version: str, old: bool) -> None:
+    assert keras_h5._predates_sigmoid_default(version) is old
+
+
+def test_old_version_as_str_attribute(tmp_path: Path) -> None:
+    """tf.keras wrote keras_version as str ('2.2.4-tf'), Keras 2.2 as bytes: both are read."""
+    path = _with_version(tmp_path, "plain_weights.h5", "2.2.4-tf")
+    with pytest.raises(ValueError, match=r"keras_version is '2\.2\.4-tf'.*'2\.2\.4-tf'"):
+        from_keras_h5(path, **PLAIN_WEIGHTS)
+    confirmed = {**PLAIN_WEIGHTS, "confirm_keras_version": "2.2.4-tf"}
+    assert list(from_keras_h5(path, **confirmed)) == list(PLAIN)
+    path = _with_version(tmp_path, "plain_weights.h5", "2.3.0-tf")  # TF 2.2: sigmoid
+    assert list(from_keras_h5(path, **PLAIN_WEIGHTS)) == list(PLAIN)
+
+
+def test_no_keras_version_is_unknown(tmp_path: Path) -> None:
+    path = _with_version(tmp_path, "plain_weights.h5", None)
+    with pytest.raises(
+        ValueError,
+        match=r"this weights-only file has no keras_version attribute \(Keras's own loader then "
+        r"takes it for a Keras 1 file\).* confirm_keras_version='unknown'",
+    ):
+        from_keras_h5(path, **PLAIN_WEIGHTS)
+    confirmed = {**PLAIN_WEIGHTS, "confirm_keras_version": "unknown"}
+    assert list(from_keras_h5(path, **confirmed)) == list(PLAIN)
+
+
+@pytest.mark.parametrize(("src", "options"), [("plain_model.h5", {}), ("cudnn_weights.h5", {})])
+def test_old_version_with_config_or_cudnn_layers_accepted(
+    tmp_path: Path, src: str, options: dict[str, Any]
+) -> None:
+    """A whole-model file is judged by its config; a CuDNN layer has no activation to choose."""
+    path = _with_version(tmp_path, src, np.bytes_(b"2.2.4"))
+    layers = from_keras_h5(path, **options)
+    keras = np.load(FIXTURES / src.replace("_weights", "_model").replace(".h5", ".npz"))
+    for name in layers:
+        _check_against_keras(layers, keras, name)
+
+
+def test_confirm_keras_version_checked(tmp_path: Path) -> None:
+    path = FIXTURES / "old_keras_weights.h5"
+    with pytest.raises(
+        ValueError,
+        match=r"confirm_keras_version='2\.2\.5', but the file's keras_version is '2\.2\.4': "
+        r"confirm the version the file records",
+    ):
+        from_keras_h5(path, assume_cudnn_activations=True, confirm_keras_version="2.2.5")
+    with pytest.raises(
+        ValueError,
+        match=r"confirm_keras_version='2\.2\.4' confirms assume_cudnn_activations=True .*pass both",
+    ):
+        describe_keras_h5(path, confirm_keras_version="2.2.4")
+    with pytest.raises(TypeError, match=r"confirm_keras_version must be the file's keras_version"):
+        from_keras_h5(path, assume_cudnn_activations=True, confirm_keras_version=2.2)  # type: ignore[arg-type]
+
+
+# -- every problem of every layer in one error ------------------------------------------------
+
+
+def test_every_setting_of_a_layer_listed(tmp_path: Path) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[1]["config"].update(
+            activation="relu", recurrent_activation="hard_sigmoid", go_backwards=True
+        )
+
+    with pytest.raises(
+        ValueError,
+        match=r"3 problems in 1 RNN layer: \(1\) layer 'lstm' \(LSTM\): go_backwards=True is not "
+        r"supported.* \(2\) layer 'lstm' \(LSTM\): activation 'relu' is not cuDNN's 'tanh'.* "
+        r"\(3\) layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid' is not cuDNN's "
+        r"'sigmoid'.*recurrent_activation='sigmoid'\)\.$",
+    ):
+        from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
+
+
+def test_every_refused_layer_listed(tmp_path: Path) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[2]["config"]["reset_after"] = False  # gru
+        bidi = layers[5]["config"]  # Bidirectional(LSTM)
+        bidi["merge_mode"] = "mul"
+        bidi["layer"]["config"]["recurrent_activation"] = "hard_sigmoid"
+
+    path = _edited_config(tmp_path, "plain_model.h5", edit)
+    with pytest.raises(
+        ValueError,
+        match=r"3 problems in 2 RNN layers: \(1\) layer 'gru' \(GRU\): reset_after=False .* "
+        r"\(2\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode 'mul' is not "
+        r"supported.* \(3\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): "
+        r"recurrent_activation 'hard_sigmoid'",
+    ):
+        from_keras_h5(path)
+    described = {d["layer"]: d for d in describe_keras_h5(path)}
+    assert "merge_mode 'mul'" in described["bidirectional"]["refused"]
+    assert "recurrent_activation 'hard_sigmoid'" in described["bidirectional"]["refused"]
+    assert list(from_keras_h5(path, layers=["lstm", "simple_rnn"])) == ["lstm", "simple_rnn"]
+
+
+def test_backward_layer_settings_named(tmp_path: Path) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        bidi = layers[5]["config"]
+        backward = json.loads(json.dumps(bidi["layer"]))
+        backward["config"].update(go_backwards=False, activation="relu")
+        bidi["backward_layer"] = backward
+
+    with pytest.raises(
+        ValueError,
+        match=r"\(1\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): backward layer: "
+        r"go_backwards=False in the backward layer .* \(2\) layer 'bidirectional' "
+        r"\(Bidirectional\(LSTM\)\): backward layer: activation 'relu'",
+    ):
+        from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
+
+
+# -- merge_layers: consecutive compatible layers as one multi-layer layer ---------------------
+
+
+def _check_stack(layer: _CudnnRNN, keras: Any, names: list[str]) -> None:
+    """A merged layer against Keras 2's whole stack: the last layer's output from the first
+    layer's input, and each layer's final state from its own output."""
+    assert layer.num_layers == len(names)
+    out, state = _run(layer, keras[f"{names[0]}/input"])
+    np.testing.assert_allclose(out, keras[f"{names[-1]}/output"], rtol=0, atol=2e-6)
+    h, dirs = layer.num_units, layer.num_dirs
+    for index, name in enumerate(names):
+        want = keras[f"{name}/output"]
+        h_n = state[0][index * dirs].numpy()
+        np.testing.assert_allclose(h_n, want[:, -1, :h], rtol=0, atol=2e-6, err_msg=name)
+        if dirs == 2:
+            h_b = state[0][index * dirs + 1].numpy()
+            np.testing.assert_allclose(h_b, want[:, 0, h:], rtol=0, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("filename", "npz", "runs"),
+    [
+        (
+            "stack_model.h5",
+            "stack_model.npz",
+            [
+                ["lstm", "lstm_1", "lstm_2"],  # then a Dense
+                ["bidirectional", "bidirectional_1"],  # then a Dropout
+                ["bidirectional_2"],
+                ["gru_3"],  # unidirectional after bidirectional
+                ["simple_rnn"],
+                ["simple_rnn_1"],  # relu after tanh
+            ],
+        ),
+        (
+            "stack_functional_model.h5",
+            "stack_functional_model.npz",
+            [
+                ["lstm", "lstm_1"],  # lstm_1 also feeds a Concatenate
+                ["lstm_2", "lstm_3"],
+                ["lstm_4"],  # its states are lstm_5's initial_state
+                ["lstm_5"],
+                ["gru"],
+            ],
+        ),
+        (
+            "nested_model.h5",
+            "nested_model.npz",
+            [
+                ["encoder/lstm", "encoder/lstm_1"],  # inside the nested Sequential
+                ["encoder/core/gru"],
+                ["bidirectional"],
+                ["head/simple_rnn"],
+            ],
+        ),
+    ],
+)
+def test_merge_layers_equals_keras2_stack(filename: str, npz: str, runs: list[list[str]]) -> None:
+    layers = from_keras_h5(FIXTURES / filename, merge_layers=True)
+    assert list(layers) == ["+".join(run) for run in runs]
+    keras = np.load(FIXTURES / npz)
+    for run in runs:
+        if f"{run[0]}/input" in keras:  # lstm_5 takes three tensors: Keras's npz leaves it out
+            _check_stack(layers["+".join(run)], keras, run)
+
+
+def test_merge_layers_describe_and_pick() -> None:
+    path = FIXTURES / "stack_model.h5"
+    described = describe_keras_h5(path, merge_layers=True)
+    assert described[1] == {
+        "layer": "bidirectional+bidirectional_1",
+        "keras_layers": ["bidirectional", "bidirectional_1"],
+        "keras_class": "Bidirectional(GRU)",
+        "rnn_mode": "gru",
+        "num_layers": 2,
+        "num_units": 2,
+        "input_size": 4,
+        "direction": "bidirectional",
+    }
+    assert described[2]["layer"] == "bidirectional_2" and "num_layers" not in described[2]
+    picked = from_keras_h5(path, layers=["lstm_1", "lstm_2", "gru_3"], merge_layers=True)
+    assert list(picked) == ["lstm_1+lstm_2", "gru_3"]
+    picked = from_keras_h5(path, layers=["lstm", "lstm_2"], merge_layers=True)
+    assert list(picked) == ["lstm", "lstm_2"]  # lstm_1 between them was not picked
+
+
+def test_merge_layers_needs_a_config() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"merge_layers=True needs to know which layer feeds which, and a weights-only file "
+        r"\(model.save_weights\) does not record it: read the whole-model file",
+    ):
+        from_keras_h5(FIXTURES / "cudnn_weights.h5", merge_layers=True)
+    with pytest.raises(TypeError, match=r"merge_layers must be True or False, got str"):
+        describe_keras_h5(FIXTURES / "stack_model.h5", merge_layers="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("return_sequences", False), ("time_major", True)], ids=["last", "time"]
+)
+def test_merge_layers_needs_sequences_and_one_layout(tmp_path: Path, key: str, value: Any) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[1]["config"][key] = value  # lstm, feeding lstm_1
+
+    path = _edited_config(tmp_path, "stack_model.h5", edit)
+    assert list(from_keras_h5(path, merge_layers=True))[:2] == ["lstm", "lstm_1+lstm_2"]
+
+
+def test_merge_layers_keeps_a_model_output_apart(tmp_path: Path) -> None:
+    """A layer whose output is also the model's is not merged: merging would hide it."""
+    path = tmp_path / "outputs.h5"
+    shutil.copy(FIXTURES / "stack_functional_model.h5", path)
+    with h5py.File(path, "r+") as f:
+        config = json.loads(f.attrs["model_config"])
+        config["config"]["output_layers"].append(["lstm", 0, 0])
+        f.attrs["model_config"] = json.dumps(config)
+    assert list(from_keras_h5(path, merge_layers=True))[:3] == ["lstm", "lstm_1", "lstm_2+lstm_3"]

@@ -300,22 +300,22 @@ def test_non_regular_files_are_refused_before_opening(kind: str, tmp_path: Path)
 
 
 def test_cli_reads_shapes_through_the_checked_loader(tmp_path: Path) -> None:
-    from cudnn_rnn import cli
+    from cudnn_rnn import model_files
 
     layer = random_layer("gru", 1, "unidirectional", dtype=torch.float32)
     to_onnx(layer, tmp_path / "g.onnx")
-    shapes = cli._tensor_shapes(str(tmp_path / "g.onnx"), "onnx")
+    shapes = model_files.tensor_shapes(str(tmp_path / "g.onnx"), "onnx")
     assert shapes["W_0"] == ((1, 12, 3), "float32") and shapes["B_0"] == ((1, 24), "float32")
     os.mkfifo(tmp_path / "f.onnx")
     timer = unblock_after(tmp_path / "f.onnx", 5.0)
     try:
         with pytest.raises(OnnxFormatError, match=r"not a regular file"):
-            cli._tensor_shapes(str(tmp_path / "f.onnx"), "onnx")
+            model_files.tensor_shapes(str(tmp_path / "f.onnx"), "onnx")
     finally:
         timer.cancel()
     (tmp_path / "t.onnx").write_bytes((tmp_path / "g.onnx").read_bytes()[:100])
     with pytest.raises(OnnxFormatError, match=r"is not an ONNX model \(DecodeError"):
-        cli._tensor_shapes(str(tmp_path / "t.onnx"), "onnx")
+        model_files.tensor_shapes(str(tmp_path / "t.onnx"), "onnx")
 
 
 # -- external data -------------------------------------------------------------------------------

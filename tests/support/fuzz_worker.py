@@ -45,8 +45,9 @@ import numpy as np
 import torch
 
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
-from cudnn_rnn.formats import keras_h5, tf1_bundle
+from cudnn_rnn.formats import keras_h5
 from cudnn_rnn.formats import onnx as onnx_format
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from tests.support.paths import FIXTURES
 
 HEADROOM = 1 << 30  # bytes the readers may allocate beyond what the imports took

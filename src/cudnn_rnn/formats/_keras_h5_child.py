@@ -45,7 +45,8 @@ from typing import Any
 
 #: Attributes a Keras reader asks any group for (which ones depends on the group's role, and a
 #: hostile file can give one group several roles, so every visited group answers all of them).
-ATTRS = ("layer_names", "model_config", "weight_names")
+#: ``keras_version`` tells which defaults the layers of a weights-only file had.
+ATTRS = ("layer_names", "model_config", "weight_names", "keras_version")
 FLOAT_SIZES = (2, 4, 8)
 HEADER = 8
 ALIGN = 8
@@ -175,6 +176,10 @@ def snapshot(path: str, want_data: bool) -> tuple[dict[str, Any], list[Any]]:
     import h5py
     import numpy as np
 
+    # The parent refused anything but a regular file with cudnn_rnn.files.open_regular; this is
+    # the same look again, in case the path was swapped since. It is written out here rather
+    # than imported because this process imports only the standard library, NumPy and h5py (it
+    # must start fast and trust nothing of the package), and it reports a refusal as data.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     with os.fdopen(fd, "rb") as raw:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

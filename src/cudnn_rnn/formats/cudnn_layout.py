@@ -59,7 +59,7 @@ import numpy as np
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT_BIAS, RECURRENT_BIAS, Layout, Param, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.errors import CudnnRNNError
+from cudnn_rnn.files import FormatError
 
 __all__ = ["WORK_FLOOR", "WORK_PER_ELEMENT", "ForeignLayout", "LayoutNotFound", "discover"]
 
@@ -74,7 +74,7 @@ _CHUNK = 1 << 18
 _PROBES = 16
 
 
-class LayoutNotFound(CudnnRNNError, ValueError):
+class LayoutNotFound(FormatError):
     """No layout of the foreign buffer fits the canonical tensors (``problems`` says why)."""
 
     def __init__(self, problems: Sequence[str]) -> None:

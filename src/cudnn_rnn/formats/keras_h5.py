@@ -22,7 +22,8 @@ Keras 2's own loader (``_convert_rnn_weights``) converts between the two the sam
 LSTM/SimpleRNN keep one bias, which becomes ``bW`` (``bR = 0``); ``use_bias=False`` gives zero
 biases. Every conversion is lossless.
 
-What cuDNN cannot compute is refused, naming the layer and the setting: ``recurrent_activation``
+What cuDNN cannot compute is refused, naming the layer and the setting (every setting of every
+layer that cannot be read, in one error): ``recurrent_activation``
 other than ``sigmoid`` (``hard_sigmoid`` was Keras's default before 2.3), ``activation`` other
 than ``tanh`` (``tanh``/``relu`` for SimpleRNN), ``GRU(reset_after=False)`` (the default of
 tf.keras 1.x), ``Bidirectional`` merge modes other than ``concat``, ``go_backwards=True`` outside
@@ -34,12 +35,43 @@ and ``stateful`` (carrying the state from batch to batch is then the caller's jo
 ``initial_state``). Masks (a ``Masking`` layer) are not part of the weights: pass
 ``sequence_lengths``. Other layers (``Dense``, ``Embedding``...) are skipped.
 
+Nested models (a ``Sequential`` or ``Functional`` model used as a layer of another, at any depth)
+are read: their RNN layers come in the outer model's order, named by their path
+(``encoder/core/gru``). Keras stores all of a nested model's weights flattened under the outer
+layer's group, each weight name starting with its own layer's name (``encoder`` holds
+``lstm/lstm_cell/kernel:0``, ``gru/gru_cell/kernel:0``...); the config says which layers there are.
+A weights-only file has no config, so a group whose weight names start with several layer names
+is taken for a nested model and each of those is named ``group/name`` (the levels between are not
+recorded: ``encoder/gru``); a Bidirectional's own ``forward_...``/``backward_...`` names are its
+two directions, never two layers.
+
 A weights-only file records no activations: its layer classes come from the weight shapes (a CuDNN
 layer's bias is twice a plain one's). CuDNN layers always compute cuDNN's math; plain ``LSTM``,
 ``GRU`` and ``SimpleRNN`` layers are refused unless ``assume_cudnn_activations=True`` says you
 know they used tanh with sigmoid gates (and ``reset_after=True`` for a GRU without bias), with
 SimpleRNNs computing ``simple_rnn_activation``: ``"tanh"`` (Keras's default) or ``"relu"`` for
 all of them, or a ``{layer name: "tanh" | "relu"}`` mapping (unlisted SimpleRNNs: ``"tanh"``).
+
+That word is not enough for the plain ``LSTM`` and ``GRU`` layers of a weights-only file whose
+``keras_version`` is below 2.3 (``"2.2.4"``, tf.keras's ``"2.2.4-tf"``...), is not a version, or
+is missing: before Keras 2.3 their ``recurrent_activation`` defaulted to ``hard_sigmoid``, so a
+model built with the defaults would load silently and compute something else (see "the Keras that
+wrote the file" below for the rule and its sources). They are refused, naming the version and the
+layers, unless ``confirm_keras_version`` repeats the file's ``keras_version`` (``"unknown"`` for a
+file without one): your second word that they were built with ``recurrent_activation="sigmoid"``.
+Whole-model files are judged by their config, which records every activation, whatever the
+version; CuDNN layers and SimpleRNNs have no recurrent activation to choose.
+
+``merge_layers=True`` returns each run of consecutive compatible RNN layers as one multi-layer
+layer of ours, named ``"first+second+..."``. Compatible: same mode, same units, all
+unidirectional or all ``Bidirectional(merge_mode="concat")``, one weight dtype, the same
+``time_major``, and ``return_sequences=True`` in all but the last. Consecutive, within one model
+(never across a nested model's boundary): in a ``Sequential``, the next layer, with nothing in
+between (a ``Dropout`` or ``Dense`` ends a run); in a ``Functional`` model, the one layer whose
+only input is the previous layer's first output, with no other call argument (no
+``initial_state``), the previous layer called once and its outputs used nowhere else (not by
+another layer, not as a model output: merging would hide them). A weights-only file records none
+of this, so ``merge_layers`` refuses it; ``layers`` picks are merged only with picked neighbours.
 
 A file is checked before anything is built: it must be a regular file (a FIFO is refused before it
 is opened), its weights must have the names, ranks, dtypes and shapes its layers imply, they must
@@ -78,11 +110,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cudnn_rnn import checkpoint
+from cudnn_rnn import files
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
-from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.gate_blocks import BlockKey
 from cudnn_rnn.formats.keras import keras_blocks, layer_of_blocks
 from cudnn_rnn.layers import _CudnnRNN
@@ -103,7 +134,7 @@ _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _FLOAT_SIZES = (2, 4, 8)
 
 
-class KerasH5Error(CudnnRNNError, ValueError):
+class KerasH5Error(files.FormatError):
     """A file that is not a readable Keras 2 HDF5 model or weights file."""
 
 
@@ -118,15 +149,19 @@ class _Direction:
 
 @dataclass(frozen=True)
 class _Refused:
-    """An RNN layer of the file that cuDNN's math cannot compute, and why."""
+    """An RNN layer of the file that cannot be read, with every reason why: each a sentence that
+    names the setting and says what to do."""
 
     name: str
-    reason: str
+    shown: str | None  # the Keras class as shown ("LSTM", "Bidirectional(GRU)"); None: unknown
+    problems: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name!r}" + (f" ({self.shown})" if self.shown else "")
 
     def config(self) -> dict[str, Any]:
-        # The reason without the "from_keras_h5: 'file': layer 'name'" it starts with.
-        short = self.reason.split(f"layer {self.name!r}", 1)[-1].lstrip(": ")
-        return {"layer": self.name, "refused": short}
+        return {"layer": self.name, "refused": " ".join(self.problems)}
 
 
 @dataclass(frozen=True)
@@ -147,6 +182,11 @@ class _Plan:
     def input_size(self) -> int:
         return int(self.directions[0].kernel.shape[0])
 
+    @property
+    def dtypes(self) -> set[str]:
+        weights = [ds for d in self.directions for ds in (d.kernel, d.recurrent, d.bias)]
+        return {ds.dtype for ds in weights if ds is not None}
+
     def config(self) -> dict[str, Any]:
         return {
             "layer": self.name,
@@ -158,63 +198,125 @@ class _Plan:
         }
 
 
+@dataclass(frozen=True)
+class _Stack:
+    """Consecutive Keras RNN layers merged into one multi-layer layer of ours (``merge_layers``)."""
+
+    plans: tuple[_Plan, ...]
+
+    @property
+    def name(self) -> str:
+        return "+".join(p.name for p in self.plans)
+
+    def config(self) -> dict[str, Any]:
+        first = self.plans[0].config()
+        classes = list(dict.fromkeys(p.keras_class for p in self.plans))
+        return {
+            "layer": self.name,
+            "keras_layers": [p.name for p in self.plans],
+            "keras_class": "+".join(classes),
+            "rnn_mode": first["rnn_mode"],
+            "num_layers": len(self.plans),
+            "num_units": first["num_units"],
+            "input_size": first["input_size"],
+            "direction": first["direction"],
+        }
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What the caller says about what the file does not record."""
+
+    assume: bool  # plain layers of a weights-only file used cuDNN's activations
+    confirm: str | None  # ... even though its keras_version defaulted them to hard_sigmoid
+    simple_activation: Mapping[str, str]
+
+
 def from_keras_h5(
     path: str | os.PathLike[str],
     *,
     assume_cudnn_activations: bool = False,
+    confirm_keras_version: str | None = None,
     simple_rnn_activation: str | Mapping[str, str] = "tanh",
     layers: Sequence[str] | None = None,
+    merge_layers: bool = False,
     time_limit: float | None = None,
 ) -> dict[str, _CudnnRNN]:
     """Our layers for the RNN layers of a Keras 2 ``.h5`` file: ``{Keras layer name: layer}`` in
     the model's order, one entry per Keras layer (a ``Bidirectional`` wrapper is one
-    bidirectional layer; stacked layers stay separate, each with its own input size).
+    bidirectional layer; a layer inside a nested model is named by its path, ``outer/inner``).
 
     ``assume_cudnn_activations`` and ``simple_rnn_activation`` matter only for plain layers of
-    weights-only files (see the module docs); ``layers`` picks some layer names (the others are
-    not built, nor refused for settings cuDNN cannot compute; the whole file is still checked).
-    Our layers take time-major input by default: call them with
-    ``time_major=False`` for Keras's batch-major data.
+    weights-only files, and ``confirm_keras_version`` only for the plain LSTM/GRU layers of
+    weights-only files written by a Keras older than 2.3 (see the module docs); ``layers`` picks
+    some layer names (the others are not built, nor refused for settings cuDNN cannot compute;
+    the whole file is still checked). Every layer that cannot be read is reported in one error,
+    with every reason.
+
+    ``merge_layers=True`` returns each run of consecutive compatible layers as one multi-layer
+    layer of ours named ``"first+second+..."`` (see the module docs for what "consecutive"
+    means; it needs the model's config, so a weights-only file is refused). Stacked layers
+    otherwise stay separate, each with its own input size.
+
+    Our layers take time-major input by default: call them with ``time_major=False`` for
+    Keras's batch-major data.
 
     The file is read by a separate process (HDF5 can loop forever or crash on a corrupt file;
     then that process is stopped, or dies, and a :class:`KerasH5Error` says so), which must
     finish within ``time_limit`` seconds: by default ``TIME_LIMIT_BASE`` (30) plus
     ``TIME_LIMIT_PER_MIB`` (0.1) per MiB of the file.
     """
-    activations = _activations(simple_rnn_activation)
+    options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
+    _check_merge_layers(merge_layers)
     h5 = _read(path, True, time_limit)
-    found = _plans(h5, assume_cudnn_activations, activations)
+    found = _plans(h5, options)
     if layers is not None:
-        known = [p.name for p in found]
+        known = [p.name for p in found.plans]
         missing = [name for name in layers if name not in known]
         if missing:
             raise ValueError(
                 f"{OWNER}: {h5.label} has no RNN layer {missing[0]!r}; its RNN layers: "
                 f"{known or 'none'}."
             )
-        found = [p for p in found if p.name in layers]
-    plans = []
-    for p in found:
-        if isinstance(p, _Refused):
-            raise ValueError(p.reason)
-        plans.append(p)
+        found = found.only(layers)
+    refused = [p for p in found.plans if isinstance(p, _Refused)]
+    if refused:
+        raise ValueError(_refusal(h5, refused))
+    plans = [p for p in found.plans if isinstance(p, _Plan)]
     _check_sizes(h5, plans)
-    return {p.name: _build(h5, p) for p in plans}
+    units = _merged(h5, found, plans) if merge_layers else [_Stack((p,)) for p in plans]
+    return {unit.name: _build(h5, unit.plans) for unit in units}
 
 
 def describe_keras_h5(
     path: str | os.PathLike[str],
     *,
     assume_cudnn_activations: bool = False,
+    confirm_keras_version: str | None = None,
     simple_rnn_activation: str | Mapping[str, str] = "tanh",
+    merge_layers: bool = False,
     time_limit: float | None = None,
 ) -> list[dict[str, Any]]:
     """What each RNN layer of the file becomes (its ``layer`` name, Keras class, mode, units,
-    input size, direction) or, under ``"refused"``, why it cannot; no weight is read. The file
-    is read by a separate process, as for :func:`from_keras_h5`."""
-    activations = _activations(simple_rnn_activation)
+    input size, direction) or, under ``"refused"``, why it cannot; with ``merge_layers=True``,
+    merged runs are one entry that adds ``keras_layers`` and ``num_layers``. No weight is read.
+    The file is read by a separate process, as for :func:`from_keras_h5`."""
+    options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
+    _check_merge_layers(merge_layers)
     h5 = _read(path, False, time_limit)
-    return [p.config() for p in _plans(h5, assume_cudnn_activations, activations)]
+    found = _plans(h5, options)
+    if not merge_layers:
+        return [p.config() for p in found.plans]
+    plans = [p for p in found.plans if isinstance(p, _Plan)]
+    units = {unit.plans[0].name: unit for unit in _merged(h5, found, plans)}
+    out = []
+    for p in found.plans:
+        if isinstance(p, _Refused):
+            out.append(p.config())
+        elif p.name in units:
+            unit = units[p.name]
+            out.append(unit.config() if len(unit.plans) > 1 else p.config())
+    return out
 
 
 def keras_h5_weights(
@@ -250,6 +352,29 @@ def _activations(given: str | Mapping[str, str]) -> Mapping[str, str]:
         )
     default = "tanh" if isinstance(given, Mapping) else given
     return defaultdict(lambda: default, table)
+
+
+def _options(
+    assume: bool, confirm: str | None, simple_rnn_activation: str | Mapping[str, str]
+) -> _Options:
+    if confirm is not None and not isinstance(confirm, str):
+        raise TypeError(
+            f"{OWNER}: confirm_keras_version must be the file's keras_version as a str (or "
+            f"None), got {type(confirm).__name__}."
+        )
+    if confirm is not None and not assume:
+        raise ValueError(
+            f"{OWNER}: confirm_keras_version={confirm!r} confirms assume_cudnn_activations=True "
+            "for a file written by an old Keras; pass both."
+        )
+    return _Options(bool(assume), confirm, _activations(simple_rnn_activation))
+
+
+def _check_merge_layers(merge_layers: bool) -> None:
+    if not isinstance(merge_layers, bool):
+        raise TypeError(
+            f"{OWNER}: merge_layers must be True or False, got {type(merge_layers).__name__}."
+        )
 
 
 # -- reading the file: in a child process ----------------------------------------------------
@@ -362,9 +487,9 @@ def _read(path: str | os.PathLike[str], values: bool, time_limit: float | None) 
         )
     label = f"{os.fspath(path)!r}"
     try:
-        raw = checkpoint.open_regular(path)  # a FIFO or device is refused before any open
-    except checkpoint.CheckpointError as err:
-        raise KerasH5Error(f"{OWNER}: {label}: {err.problems[0]}") from err
+        raw = files.open_regular(path)  # a FIFO or device is refused before any open
+    except files.NotRegularFile as err:
+        raise KerasH5Error(f"{OWNER}: {label}: {err.kind}, not a regular file.") from err
     with raw:
         size = os.fstat(raw.fileno()).st_size
     limit = _time_limit(time_limit, size)
@@ -664,8 +789,8 @@ def _dataset(h5: _File, group: _Group, name: str, layer: str) -> _Dataset:
     return ds
 
 
-def _config_layers(h5: _File) -> list[dict[str, Any]] | None:
-    """The model's layer configs (``class_name``, ``config``), or None for a weights-only file."""
+def _config_model(h5: _File) -> dict[str, Any] | None:
+    """The model's config (``class_name``, ``config``), or None for a weights-only file."""
     label = h5.label
     value = _attribute(h5, h5.root, "model_config")
     if value is _MISSING:
@@ -675,19 +800,35 @@ def _config_layers(h5: _File) -> list[dict[str, Any]] | None:
         config = json.loads(text)
     except (ValueError, RecursionError) as err:
         raise KerasH5Error(f"{OWNER}: {label}: model_config is not JSON ({err}).") from err
-    inner = config.get("config") if isinstance(config, dict) else None
-    layers = inner.get("layers") if isinstance(inner, dict) else inner  # Keras 2.0: a list
-    if not isinstance(layers, list) or not all(
-        isinstance(entry, dict) and isinstance(entry.get("config"), dict) for entry in layers
-    ):
+    if not isinstance(config, dict) or _model_layers(config) is None:
         raise KerasH5Error(
             f"{OWNER}: {label}: model_config has no list of layers (class_name, config)."
         )
+    return config
+
+
+def _model_layers(model: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A model config's layer entries, or None when they are not a list of ``{class_name,
+    config}`` (a nested model's config may itself be the list, as Keras 2.0/2.1 wrote a
+    Sequential's)."""
+    inner = model.get("config")
+    layers = inner.get("layers") if isinstance(inner, dict) else inner
+    if not isinstance(layers, list):
+        return None
+    for entry in layers:
+        if not isinstance(entry, dict):
+            return None
+        config = entry.get("config")
+        if not isinstance(config, dict) and not (
+            entry.get("class_name") in _MODEL_CLASSES and isinstance(config, list)
+        ):
+            return None
     return layers
 
 
 def _layer_name(entry: dict[str, Any]) -> str:
-    name = entry["config"].get("name", entry.get("name"))
+    config = entry["config"]
+    name = config.get("name", entry.get("name")) if isinstance(config, dict) else entry.get("name")
     return name if isinstance(name, str) else ""
 
 
@@ -699,65 +840,310 @@ def _activation_name(value: Any) -> Any:
     return value
 
 
+# -- the Keras that wrote the file -----------------------------------------------------------
+#
+# Keras 2.3.0 (September 2019) made "sigmoid" the default recurrent_activation of LSTM and GRU
+# ("Change default recurrent activation to sigmoid (from hard_sigmoid) in all RNN layers", its
+# release notes); every Keras before it, 1.x included, defaulted to "hard_sigmoid". tf.keras
+# followed in TF 2.0 (TF 1.x's tf.keras.layers.LSTM/GRU defaulted to hard_sigmoid). The
+# version a file records is ``keras_version``: standalone Keras wrote its own ("2.2.4"), tf.keras
+# its own with "-tf" ("2.1.6-tf", "2.2.4-tf" in TF 1.13-1.15, and also in TF 2.0 and 2.1, whose
+# layers already defaulted to sigmoid: the file cannot tell those apart, so "2.2.4-tf" counts as
+# old), then "2.3.0-tf", "2.4.0"... and tf-keras its package version ("2.21.0"). A version below
+# 2.3, one that is not a version number, and no keras_version at all (Keras's own loader takes
+# that for a Keras 1 file) mean the plain layers of a weights-only file may have computed
+# hard_sigmoid without anyone choosing it. ``backend`` plays no part: the default was the same on
+# every backend.
+
+#: The first Keras whose LSTM and GRU defaulted to recurrent_activation="sigmoid".
+SIGMOID_DEFAULT_SINCE = (2, 3)
+#: ``confirm_keras_version`` for a file without a ``keras_version`` attribute.
+UNKNOWN_KERAS_VERSION = "unknown"
+
+
+def _keras_version(h5: _File, root: _Node) -> str:
+    """The ``keras_version`` attribute where Keras's own loader reads it (the weights group),
+    else the file's; ``UNKNOWN_KERAS_VERSION`` without one."""
+    for node in (root, h5.root):
+        value = _attribute(h5, node, "keras_version")
+        if value is not _MISSING:
+            return _text(value, "keras_version", h5.label)
+    return UNKNOWN_KERAS_VERSION
+
+
+def _predates_sigmoid_default(version: str) -> bool:
+    """Whether LSTM and GRU defaulted to hard_sigmoid in the Keras that wrote ``version`` (yes
+    for anything that does not start with a major and a minor version number)."""
+    numbers = []
+    for part in version.split(".")[:2]:
+        digits = ""
+        for char in part:
+            if char not in "0123456789":
+                break
+            digits += char
+        if not digits:
+            return True
+        numbers.append(int(digits))
+    return len(numbers) < 2 or tuple(numbers) < SIGMOID_DEFAULT_SINCE
+
+
+def _old_keras_problem(version: str) -> str:
+    if version == UNKNOWN_KERAS_VERSION:
+        who = (
+            "this weights-only file has no keras_version attribute (Keras's own loader then "
+            "takes it for a Keras 1 file)"
+        )
+    else:
+        who = f"this weights-only file's keras_version is {version!r}"
+    return (
+        f"recurrent_activation unknown: {who}, and before Keras 2.3 LSTM and GRU defaulted to "
+        "recurrent_activation='hard_sigmoid', not cuDNN's 'sigmoid' (the outputs would differ), "
+        "so assume_cudnn_activations=True is not enough: if they were built with "
+        f"recurrent_activation='sigmoid', say so again with confirm_keras_version={version!r}, "
+        "or read the whole-model file, whose config records it."
+    )
+
+
+# -- which layers the file holds -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """A layer that is not a model: its name (``outer/inner`` inside nested models), the
+    top-level layer group holding its weights, the nested models above it, its own name, its
+    config (None in a weights-only file) and, in a weights-only file, its weight names."""
+
+    name: str
+    group: str
+    scope: tuple[str, ...]
+    own: str
+    entry: dict[str, Any] | None
+    weights: tuple[str, ...] = ()
+    twin: bool = False  # another layer under the same group has its own name
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What each RNN layer becomes, the layers by name, and which layer feeds which (None: a
+    weights-only file, which does not record it)."""
+
+    plans: list[_Plan | _Refused]
+    leaves: dict[str, _Leaf]
+    links: dict[str, str] | None
+
+    def only(self, names: Sequence[str]) -> _Found:
+        return _Found([p for p in self.plans if p.name in names], self.leaves, self.links)
+
+
+def _config_leaves(
+    h5: _File, layers: list[dict[str, Any]], group: str | None, scope: tuple[str, ...]
+) -> list[_Leaf]:
+    """The layers of a model config, nested models' layers in their place. Keras writes a
+    nested model's weights, all its layers' (however deep) flattened, under the top-level
+    layer's group, each weight name starting with its own layer's name."""
+    out: list[_Leaf] = []
+    for entry in layers:
+        own = _layer_name(entry)
+        path = "/".join((*scope, own))
+        if entry.get("class_name") in _MODEL_CLASSES:
+            inner = _model_layers(entry)
+            if inner is None and not _has_rnn(entry):
+                continue  # nothing of ours in it: skipped like any other layer
+            if inner is None:
+                raise KerasH5Error(
+                    f"{OWNER}: {h5.label}: the config of nested model {path!r} has no list of "
+                    "layers (class_name, config)."
+                )
+            out.extend(_config_leaves(h5, inner, group or own, (*scope, own)))
+        else:
+            out.append(_Leaf(path, group or own, scope, own, entry))
+    if group is None:  # the top: mark nested layers whose weights a name cannot tell apart
+        seen: defaultdict[tuple[str, str], int] = defaultdict(int)
+        for leaf in out:
+            seen[leaf.group, leaf.own] += 1 if leaf.scope else 0
+        out = [
+            _Leaf(leaf.name, leaf.group, leaf.scope, leaf.own, leaf.entry, twin=True)
+            if leaf.scope and seen[leaf.group, leaf.own] > 1
+            else leaf
+            for leaf in out
+        ]
+    return out
+
+
+def _owned(leaf: _Leaf, weights: list[str]) -> list[str]:
+    """The weight names of a nested layer among its group's: those whose scope starts with its
+    own name, after any names of the models above it (which some Keras versions put first)."""
+    out = []
+    for weight in weights:
+        scope = weight.split("/")[:-1]
+        while len(scope) > 1 and scope[0] in leaf.scope and scope[0] != leaf.own:
+            scope = scope[1:]
+        if scope and scope[0] == leaf.own:
+            out.append(weight)
+    return out
+
+
+def _weights_only_leaves(h5: _File, root: _Node, names: list[str]) -> list[_Leaf]:
+    out = []
+    for layer in names:
+        weights = _weight_names(h5, _group(h5, root, layer), layer)
+        for own, owned in _split_nested(layer, weights):
+            if own is None:
+                out.append(_Leaf(layer, layer, (), layer, None, tuple(owned)))
+            else:
+                out.append(_Leaf(f"{layer}/{own}", layer, (layer,), own, None, tuple(owned)))
+    return out
+
+
+def _split_nested(layer: str, weights: list[str]) -> list[tuple[str | None, list[str]]]:
+    """A weights-only file's layer group as ``[(None, its weight names)]`` for one layer, or
+    ``[(inner layer, its weight names), ...]`` for a nested model.
+
+    A layer's weight names all start with one name (its own: ``lstm/lstm_cell/kernel:0``;
+    a Bidirectional's then go on with ``forward_...`` and ``backward_...``). A nested model's
+    start with its layers' names (``lstm/...``, ``dense/...``), or with its own name and then
+    theirs (``encoder/lstm_1/kernel:0``, as graph-mode Keras scoped them). A nested model whose
+    only layer with weights is an RNN cannot be told from that layer: it is read under the
+    outer name.
+    """
+    scopes = [w.split("/")[:-1] for w in weights]
+
+    def names_at(depth: int) -> list[str]:
+        return list(dict.fromkeys(s[depth] if len(s) > depth else "" for s in scopes))
+
+    firsts = names_at(0)
+    depth = None
+    if len(firsts) > 1 and "" not in firsts:
+        depth = 0
+    elif firsts == [layer]:
+        seconds = names_at(1)
+        is_pair = len(seconds) == 2 and seconds[0].startswith("forward_")
+        is_pair = is_pair and seconds[1].startswith("backward_")
+        if len(seconds) > 1 and "" not in seconds and not is_pair:
+            depth = 1
+    if depth is None:
+        return [(None, weights)]
+    return [
+        (inner, [w for w, s in zip(weights, scopes) if s[depth] == inner])
+        for inner in names_at(depth)
+    ]
+
+
+def _links(config: dict[str, Any], scope: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{A: B}`` (path names) for each layer A whose output goes to layer B alone, B taking
+    nothing else, in the same model: the next layer of a Sequential, or in a Functional model
+    the one layer whose only input is A's first output (no ``initial_state``, no other call
+    arguments), A called once and its outputs used nowhere else (not even as the model's)."""
+    layers = _model_layers(config) or []
+    names = [_layer_name(entry) for entry in layers]
+    path = {name: "/".join((*scope, name)) for name in names}
+    out: dict[str, str] = {}
+    for entry, name in zip(layers, names):
+        if entry.get("class_name") in _MODEL_CLASSES:
+            out.update(_links(entry, (*scope, name)))
+    if config.get("class_name") == "Sequential":
+        out.update((path[names[i - 1]], path[names[i]]) for i in range(1, len(names)))
+        return out
+    uses: defaultdict[str, int] = defaultdict(int)
+    fed_by: dict[str, str] = {}
+    called_once = set()
+    for entry, name in zip(layers, names):
+        nodes = entry.get("inbound_nodes")
+        if not isinstance(nodes, list):
+            continue
+        inputs = [t for node in nodes if isinstance(node, list) for t in node]
+        for t in inputs:
+            if isinstance(t, list) and t and isinstance(t[0], str):
+                uses[t[0]] += 1
+        called_once.update([name] if len(nodes) == 1 else [])
+        if len(nodes) == 1 and len(inputs) == 1 and isinstance(inputs[0], list):
+            source = inputs[0]
+            kwargs = source[3] if len(source) == 4 else {}
+            if len(source) in (3, 4) and source[1:3] == [0, 0] and kwargs in ({}, None):
+                fed_by[name] = str(source[0])
+    inner = config.get("config")
+    outputs = inner.get("output_layers", []) if isinstance(inner, dict) else []
+    if isinstance(outputs, list) and outputs and isinstance(outputs[0], str):
+        outputs = [outputs]  # one output, written flat by some Keras versions
+    for t in outputs if isinstance(outputs, list) else []:
+        if isinstance(t, list) and t and isinstance(t[0], str):
+            uses[t[0]] += 1
+    for b, a in fed_by.items():
+        if a in path and uses[a] == 1 and a in called_once:
+            out[path[a]] = path[b]
+    return out
+
+
 # -- what each layer becomes -----------------------------------------------------------------
 
 
-def _plans(h5: _File, assume: bool, simple_activation: Mapping[str, str]) -> list[_Plan | _Refused]:
-    """The RNN layers in the model's order: what each becomes, or why it cannot."""
+def _plans(h5: _File, options: _Options) -> _Found:
+    """The RNN layers in the model's order (nested models' in their place): what each becomes,
+    or why it cannot."""
     root = _weights_root(h5)
     names = _layer_names(h5, root)
-    configs = _config_layers(h5)
+    model = _config_model(h5)
+    version = None
+    if model is None or options.confirm is not None:
+        version = _keras_version(h5, root)
+    if options.confirm is not None and options.confirm != version:
+        raise ValueError(
+            f"{OWNER}: {h5.label}: confirm_keras_version={options.confirm!r}, but the file's "
+            f"keras_version is {version!r}: confirm the version the file records."
+        )
+    if model is None:
+        leaves = _weights_only_leaves(h5, root, names)
+        links = None
+    else:
+        leaves = _config_leaves(h5, _model_layers(model) or [], None, ())
+        links = _links(model)
     plans: list[_Plan | _Refused] = []
-    candidates: list[tuple[str, dict[str, Any] | None]] = (
-        [(name, None) for name in names]
-        if configs is None
-        else [(_layer_name(entry), entry) for entry in configs]
-    )
-    for name, entry in candidates:
-        try:
-            plan = _plan(h5, root, name, entry, names, assume, simple_activation)
-        except KerasH5Error:
-            raise
-        except ValueError as err:
-            plans.append(_Refused(name, str(err)))
-            continue
+    for leaf in leaves:
+        plan = _plan(h5, root, leaf, names, options, version)
         if plan is not None:
             plans.append(plan)
-    return plans
+    return _Found(plans, {leaf.name: leaf for leaf in leaves}, links)
 
 
 def _plan(
     h5: _File,
     root: _Node,
-    name: str,
-    entry: dict[str, Any] | None,
+    leaf: _Leaf,
     names: list[str],
-    assume: bool,
-    simple_activation: Mapping[str, str],
-) -> _Plan | None:
-    """What layer ``name`` becomes; None for a layer that is not an RNN. ValueError for an RNN
-    cuDNN cannot compute, KerasH5Error for weights that do not fit."""
-    where = f"{OWNER}: {h5.label}: layer {name!r}"
-    if entry is not None:
-        cls = entry.get("class_name")
-        if cls in _MODEL_CLASSES:
-            if _has_rnn(entry):
-                raise ValueError(
-                    f"{where} is a nested {cls} holding RNN layers; nested models are not "
-                    "read: save the inner model on its own."
-                )
-            return None
-        if not isinstance(cls, str) or not _is_rnn_class(cls, entry):
-            return None
-        if name not in names:
-            raise KerasH5Error(f"{where} ({cls}) has no weights in the file.")
-    elif name not in names or not _looks_recurrent(h5, root, name):
-        return None
-    group = _group(h5, root, name)
-    directions = _read_directions(h5, group, name)
+    options: _Options,
+    version: str | None,
+) -> _Plan | _Refused | None:
+    """What a layer becomes; None for a layer that is not an RNN, _Refused for an RNN that
+    cannot be read as it is. KerasH5Error for weights that do not fit."""
+    where = f"{OWNER}: {h5.label}: layer {leaf.name!r}"
+    entry = leaf.entry
     if entry is None:
-        return _plan_from_shapes(name, directions, where, assume, simple_activation[name])
-    return _plan_from_config(name, entry, directions, where)
+        if not any(_base(w) == "recurrent_kernel" for w in leaf.weights):
+            return None
+        directions = _read_directions(h5, _group(h5, root, leaf.group), leaf.name, leaf.weights)
+        return _plan_from_shapes(leaf.name, directions, where, options, version)
+    cls = entry.get("class_name")
+    if not isinstance(cls, str) or not _is_rnn_class(cls, entry):
+        return None
+    if leaf.twin:
+        raise KerasH5Error(
+            f"{where} ({cls}): another layer inside {leaf.group!r} is also named {leaf.own!r}, "
+            "and Keras names a nested layer's weights by its own name, so theirs cannot be told "
+            "apart; rename one in Keras and save the model again."
+        )
+    if leaf.group not in names:
+        raise KerasH5Error(f"{where} ({cls}) has no weights in the file.")
+    group = _group(h5, root, leaf.group)
+    weights = _weight_names(h5, group, leaf.group)
+    if leaf.scope:
+        weights = _owned(leaf, weights)
+        if not weights:
+            raise KerasH5Error(
+                f"{where} ({cls}) has no weights in the file (no weight of {leaf.group!r} is "
+                f"named {leaf.own}/...)."
+            )
+    directions = _read_directions(h5, group, leaf.name, weights)
+    return _plan_from_config(leaf.name, entry, directions, where)
 
 
 def _is_rnn_class(cls: str, entry: dict[str, Any]) -> bool:
@@ -782,20 +1168,16 @@ def _has_rnn(entry: Any) -> bool:
     return False
 
 
-def _looks_recurrent(h5: _File, root: _Node, name: str) -> bool:
-    group = _group(h5, root, name)
-    return any(_base(w) == "recurrent_kernel" for w in _weight_names(h5, group, name))
-
-
 def _base(weight_name: str) -> str:
     """``kernel`` for ``lstm/lstm_cell/kernel:0`` (the name's last part, no ``:0``)."""
     return weight_name.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
-def _read_directions(h5: _File, group: _Group, layer: str) -> tuple[_Direction, ...]:
-    """One or two (kernel, recurrent_kernel[, bias]) triples, in the order of weight_names."""
+def _read_directions(
+    h5: _File, group: _Group, layer: str, names: Sequence[str]
+) -> tuple[_Direction, ...]:
+    """One or two (kernel, recurrent_kernel[, bias]) triples, in the order of ``names``."""
     where = f"{OWNER}: {h5.label}: layer {layer!r}"
-    names = _weight_names(h5, group, layer)
     runs: list[list[str]] = []
     for w in names:
         if _base(w) == "kernel":
@@ -863,31 +1245,45 @@ def _shape_family(
 
 
 def _plan_from_shapes(
-    name: str, directions: tuple[_Direction, ...], where: str, assume: bool, activation: str
-) -> _Plan:
+    name: str,
+    directions: tuple[_Direction, ...],
+    where: str,
+    options: _Options,
+    version: str | None,
+) -> _Plan | _Refused:
     gates, cudnn, variant = _shape_family(directions, where)
-    if variant == "reset_before":
-        raise ValueError(
-            f"{where}: a GRU bias of shape [3H] means GRU(reset_after=False), which applies the "
-            "reset gate before the recurrent matmul; cuDNN applies it after, so the outputs "
-            "would differ. Retrain with GRU(reset_after=True) (or CuDNNGRU)."
-        )
-    mode = {4: CUDNN_LSTM, 3: CUDNN_GRU}.get(gates, f"rnn_{activation}")
-    if cudnn:
+    mode = {4: CUDNN_LSTM, 3: CUDNN_GRU}.get(gates, f"rnn_{options.simple_activation[name]}")
+    if cudnn:  # a CuDNN layer: no activation to choose, whatever Keras wrote it
         cls = "CuDNNLSTM" if mode == CUDNN_LSTM else "CuDNNGRU"
         return _Plan(name, cls, mode, True, directions)
     cls = {CUDNN_LSTM: "LSTM", CUDNN_GRU: "GRU"}.get(mode, "SimpleRNN")
-    if not assume:
+    if variant == "reset_before":  # refused whatever the activations were
+        return _Refused(
+            name,
+            None,
+            (
+                "a GRU bias of shape [3H] means GRU(reset_after=False), which applies the reset "
+                "gate before the recurrent matmul; cuDNN applies it after, so the outputs would "
+                "differ. Retrain with GRU(reset_after=True) (or CuDNNGRU).",
+            ),
+        )
+    problems = []
+    if not options.assume:
         used = {
             "LSTM": "tanh with sigmoid gates",
             "GRU": "tanh with sigmoid gates and reset_after=True",
             "SimpleRNN": "tanh, or relu with simple_rnn_activation='relu'",
         }[cls]
-        raise ValueError(
-            f"{where}: a weights-only file does not record the activations of this plain {cls}; "
-            f"if it used cuDNN's ({used}), pass assume_cudnn_activations=True (cudnn-rnn: "
+        problems.append(
+            f"a weights-only file does not record the activations of plain {cls} layers; if "
+            f"they used cuDNN's ({used}), pass assume_cudnn_activations=True (cudnn-rnn: "
             "--activation tanh|relu), or read the whole-model file."
         )
+    old = version is not None and _predates_sigmoid_default(version)
+    if cls != "SimpleRNN" and old and options.confirm is None:
+        problems.append(_old_keras_problem(str(version)))
+    if problems:
+        return _Refused(name, None, tuple(problems))
     if len(directions) == 2:
         cls = f"{_WRAPPER}({cls})"
     elif cudnn is None and cls != "SimpleRNN":
@@ -897,40 +1293,55 @@ def _plan_from_shapes(
 
 def _plan_from_config(
     name: str, entry: dict[str, Any], directions: tuple[_Direction, ...], where: str
-) -> _Plan:
+) -> _Plan | _Refused:
     cls = entry["class_name"]
     config = entry["config"]
-    inner_configs = [(cls, config)]
+    shown = cls
+    problems: list[str] = []
+    sides = [(cls, config, False, "")]
     if cls == _WRAPPER:
         merge = config.get("merge_mode", "concat")
-        if merge != "concat":
-            raise ValueError(
-                f"{where} (Bidirectional): merge_mode {merge!r} is not supported; cuDNN "
-                "concatenates the two directions (merge_mode='concat')."
-            )
-        inner = [config.get("layer"), config.get("backward_layer") or config.get("layer")]
-        if not all(isinstance(i, dict) and isinstance(i.get("config"), dict) for i in inner):
+        backward = config.get("backward_layer")
+        inner = [config.get("layer"), backward or config.get("layer")]
+        if not all(
+            isinstance(i, dict)
+            and isinstance(i.get("config"), dict)
+            and isinstance(i.get("class_name"), str)
+            for i in inner
+        ):
             raise KerasH5Error(f"{where} (Bidirectional): its config has no inner layer.")
-        inner_configs = [(i["class_name"], i["config"]) for i in inner]
-        if len(directions) != 2:
-            raise KerasH5Error(
-                f"{where} (Bidirectional): weights of {len(directions)} direction(s)."
+        shown = f"{cls}({inner[0]['class_name']})"
+        if merge != "concat":
+            problems.append(
+                f"merge_mode {merge!r} is not supported; cuDNN concatenates the two directions "
+                "(merge_mode='concat'): retrain with it, or merge the halves of our output "
+                "yourself."
             )
-    elif len(directions) != 1:
-        raise KerasH5Error(f"{where} ({cls}): weights of {len(directions)} directions.")
-    modes = set()
-    for index, (inner_cls, inner_config) in enumerate(inner_configs):
-        shown = inner_cls if cls != _WRAPPER else f"{cls}({inner_cls})"
-        backward = cls == _WRAPPER and index == 1 and config.get("backward_layer") is not None
-        modes.add(_mode_of_config(inner_cls, inner_config, f"{where} ({shown})", backward))
-    if len(modes) != 1:
-        raise ValueError(
-            f"{where} (Bidirectional): its directions compute different modes {sorted(modes)}."
+        sides = [(inner[0]["class_name"], inner[0]["config"], False, "")]
+        if backward is None:  # Keras builds the backward layer from the forward one
+            sides.append((sides[0][0], sides[0][1], False, ""))
+        else:
+            sides.append((inner[1]["class_name"], inner[1]["config"], True, "backward layer: "))
+    modes = []
+    for side_cls, side_config, is_backward, prefix in sides:
+        judged, found = _judge(side_cls, side_config, is_backward)
+        modes.append(judged)
+        problems.extend(prefix + p for p in found if prefix + p not in problems)
+    known = [m for m in modes if m is not None]
+    if len(known) == len(modes) and len(set(known)) > 1:
+        problems.append(
+            f"its two directions compute different modes {sorted(m[0] for m in known)}; cuDNN "
+            "runs one mode both ways."
         )
-    mode, cudnn = modes.pop()
+    if problems or not known:
+        return _Refused(name, shown, tuple(problems))
+    wanted = 2 if cls == _WRAPPER else 1
+    if len(directions) != wanted:
+        raise KerasH5Error(f"{where} ({cls}): weights of {len(directions)} direction(s).")
+    mode, cudnn = known[0]
     gates, shape_cudnn, variant = _shape_family(directions, where)
     expected_gates = len(GATE_ORDERS["keras"][mode])
-    inner_cls = inner_configs[0][0]
+    inner_cls = sides[0][0]
     if gates != expected_gates or (shape_cudnn is not None and shape_cudnn != cudnn):
         raise KerasH5Error(
             f"{where}: its config says {inner_cls} but its weights are those of another layer "
@@ -943,55 +1354,135 @@ def _plan_from_config(
             f"{where}: its config says GRU(reset_after=True) but its bias is [3H] (reset_after"
             "=False's)."
         )
-    units = {c.get("units") for _, c in inner_configs}
+    units = {c.get("units") for _, c, _, _ in sides}
     if units != {int(directions[0].recurrent.shape[0])}:
         raise KerasH5Error(
             f"{where}: config units {sorted(map(str, units))} differ from the weights' "
             f"{int(directions[0].recurrent.shape[0])}."
         )
-    return _Plan(name, cls if cls != _WRAPPER else f"{cls}({inner_cls})", mode, cudnn, directions)
+    return _Plan(name, shown, mode, cudnn, directions)
 
 
-def _mode_of_config(
-    cls: str, config: dict[str, Any], where: str, backward: bool
-) -> tuple[str, bool]:
-    """(our mode, CuDNN layer) for one Keras RNN layer config; ValueError for other math."""
+def _judge(
+    cls: str, config: dict[str, Any], backward: bool
+) -> tuple[tuple[str, bool] | None, list[str]]:
+    """(our mode, written by a CuDNN layer) for one Keras RNN layer config (None: no mode of
+    ours), and every setting of it cuDNN cannot compute, each a sentence naming the setting."""
     if cls not in _CLASSES:
-        raise ValueError(
-            f"{where}: {cls} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
-            "GRU(reset_after=True), SimpleRNN and Bidirectional wrappers of them."
-        )
+        return None, [
+            f"{cls} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
+            "GRU(reset_after=True), SimpleRNN and Bidirectional wrappers of them are."
+        ]
+    problems = []
     if bool(config.get("go_backwards", False)) != backward:
-        raise ValueError(
-            f"{where}: go_backwards=True is not supported outside a Bidirectional wrapper (our "
+        problems.append(
+            "go_backwards=False in the backward layer reads the sequence forward; cuDNN's "
+            "backward direction reads it backward. Rebuild it with go_backwards=True."
+            if backward
+            else "go_backwards=True is not supported outside a Bidirectional wrapper (our "
             "layers read sequences forward); reverse the time axis of your input instead."
         )
     mode, cudnn = _CLASSES[cls]
     if cudnn:
-        return mode, True  # type: ignore[return-value]
+        return (str(mode), True), problems
     act = _activation_name(config.get("activation", "tanh"))
     if mode is None:
         if act not in ("tanh", "relu"):
-            raise ValueError(
-                f"{where}: activation {act!r} has no cuDNN mode; SimpleRNN must use 'tanh' or "
-                "'relu'."
+            problems.append(
+                f"activation {act!r} has no cuDNN mode; SimpleRNN must use 'tanh' or 'relu' "
+                "(retrain with one of them)."
             )
-        return (CUDNN_RNN_TANH if act == "tanh" else CUDNN_RNN_RELU), False
+            return None, problems
+        return (CUDNN_RNN_TANH if act == "tanh" else CUDNN_RNN_RELU, False), problems
     if act != "tanh":
-        raise ValueError(f"{where}: activation {act!r} is not cuDNN's 'tanh'.")
+        problems.append(
+            f"activation {act!r} is not cuDNN's 'tanh'; the outputs would differ (retrain with "
+            "activation='tanh')."
+        )
     rec = _activation_name(config.get("recurrent_activation", "hard_sigmoid"))
     if rec != "sigmoid":
-        raise ValueError(
-            f"{where}: recurrent_activation {rec!r} is not cuDNN's 'sigmoid' (Keras before 2.3 "
-            "defaulted to 'hard_sigmoid'); the outputs would differ."
+        problems.append(
+            f"recurrent_activation {rec!r} is not cuDNN's 'sigmoid' (Keras before 2.3 defaulted "
+            "to 'hard_sigmoid'); the outputs would differ (retrain with "
+            "recurrent_activation='sigmoid')."
         )
     if mode == CUDNN_GRU and not config.get("reset_after", False):
-        raise ValueError(
-            f"{where}: reset_after=False applies the reset gate before the recurrent matmul; "
-            "cuDNN applies it after, so the outputs would differ. Retrain with "
+        problems.append(
+            "reset_after=False applies the reset gate before the recurrent matmul; cuDNN "
+            "applies it after, so the outputs would differ. Retrain with "
             "GRU(reset_after=True) (or CuDNNGRU)."
         )
-    return mode, False
+    return (mode, False), problems
+
+
+def _refusal(h5: _File, refused: list[_Refused]) -> str:
+    """One message for every layer that cannot be read: each problem once, with the layers it
+    concerns, numbered when there are several."""
+    concerns: dict[str, list[_Refused]] = {}
+    for layer in refused:
+        for problem in layer.problems:
+            concerns.setdefault(problem, []).append(layer)
+    parts = [
+        f"layer{'s' if len(layers) > 1 else ''} {', '.join(r.label for r in layers)}: {problem}"
+        for problem, layers in concerns.items()
+    ]
+    if len(parts) == 1:
+        return f"{OWNER}: {h5.label}: {parts[0]}"
+    layers = f"{len(refused)} RNN layer{'s' if len(refused) > 1 else ''}"
+    numbered = " ".join(f"({i}) {part}" for i, part in enumerate(parts, 1))
+    return f"{OWNER}: {h5.label}: {len(parts)} problems in {layers}: {numbered}"
+
+
+# -- merging consecutive layers (merge_layers=True) -------------------------------------------
+
+
+def _merged(h5: _File, found: _Found, plans: list[_Plan]) -> list[_Stack]:
+    """The plans as runs of consecutive compatible layers, each run in the model's order."""
+    if found.links is None:
+        raise ValueError(
+            f"{OWNER}: {h5.label}: merge_layers=True needs to know which layer feeds which, "
+            "and a weights-only file (model.save_weights) does not record it: read the "
+            "whole-model file (model.save), or leave merge_layers out and stack the layers "
+            "yourself (cudnn_rnn.convert.from_keras stacks built Keras layers)."
+        )
+    fed_by = {b: a for a, b in found.links.items()}
+    runs: list[list[_Plan]] = []
+    ends: dict[str, list[_Plan]] = {}  # the last layer of a run -> the run
+    for plan in plans:
+        run = ends.pop(fed_by.get(plan.name, ""), None)
+        if run is None or not _stackable(run[-1], plan, found):
+            run = []
+            runs.append(run)
+        run.append(plan)
+        ends[plan.name] = run
+    return [_Stack(tuple(run)) for run in runs]
+
+
+def _stackable(a: _Plan, b: _Plan, found: _Found) -> bool:
+    """Whether ``b``, fed by ``a`` alone, can be ``a``'s next layer in one layer of ours."""
+    first, second = found.leaves[a.name].entry, found.leaves[b.name].entry
+    if first is None or second is None:  # pragma: no cover - a config gives every layer one
+        return False
+    dirs = len(a.directions)
+    return (
+        a.mode == b.mode
+        and a.num_units == b.num_units
+        and dirs == len(b.directions)
+        and b.input_size == dirs * a.num_units
+        and len(a.dtypes) == 1
+        and a.dtypes == b.dtypes
+        and _rnn_setting(first, "return_sequences") is True
+        and bool(_rnn_setting(first, "time_major")) == bool(_rnn_setting(second, "time_major"))
+    )
+
+
+def _rnn_setting(entry: dict[str, Any], key: str) -> Any:
+    """A setting of an RNN layer's config (of its inner layer for a Bidirectional wrapper)."""
+    config = entry["config"]
+    if entry.get("class_name") == _WRAPPER:
+        inner = config.get("layer")
+        config = inner.get("config", {}) if isinstance(inner, dict) else {}
+    return config.get(key, False)
 
 
 # -- building --------------------------------------------------------------------------------
@@ -1024,18 +1515,21 @@ def _values(h5: _File, ds: _Dataset) -> np.ndarray:
     return ds.values
 
 
-def _build(h5: _File, plan: _Plan) -> _CudnnRNN:
+def _build(h5: _File, plans: tuple[_Plan, ...]) -> _CudnnRNN:
+    """One layer of ours for one Keras layer, or for a run of them stacked (merge_layers)."""
     blocks: dict[BlockKey, Tensor] = {}
-    for d, direction in enumerate(plan.directions):
-        kernel = _values(h5, direction.kernel)
-        recurrent = _values(h5, direction.recurrent)
-        bias = None if direction.bias is None else _values(h5, direction.bias)
-        if plan.cudnn and bias is not None:  # a CuDNN layer always has a bias (checked)
-            made = _cudnn_blocks(kernel, recurrent, bias, plan.mode)
-        else:
-            made = keras_blocks(kernel, recurrent, bias, plan.mode)
-        blocks.update({(0, d, kind): value for kind, value in made.items()})
-    return layer_of_blocks(plan.mode, blocks, 1, len(plan.directions), OWNER)
+    for index, plan in enumerate(plans):
+        for d, direction in enumerate(plan.directions):
+            kernel = _values(h5, direction.kernel)
+            recurrent = _values(h5, direction.recurrent)
+            bias = None if direction.bias is None else _values(h5, direction.bias)
+            if plan.cudnn and bias is not None:  # a CuDNN layer always has a bias (checked)
+                made = _cudnn_blocks(kernel, recurrent, bias, plan.mode)
+            else:
+                made = keras_blocks(kernel, recurrent, bias, plan.mode)
+            blocks.update({(index, d, kind): value for kind, value in made.items()})
+    first = plans[0]
+    return layer_of_blocks(first.mode, blocks, len(plans), len(first.directions), OWNER)
 
 
 def _cudnn_blocks(

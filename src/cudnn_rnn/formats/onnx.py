@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cudnn_rnn import atomic
+from cudnn_rnn import atomic, files
 from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_RNN_BIDIRECTION,
@@ -47,7 +46,6 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
-from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.gate_blocks import BlockKey, unstack_gates
 from cudnn_rnn.formats.onnx_graph import (
@@ -68,6 +66,7 @@ __all__ = [
     "from_onnx",
     "load_model",
     "model_proto",
+    "tensor_shapes",
     "to_onnx",
 ]
 
@@ -156,7 +155,7 @@ def _save_atomically(onnx: Any, model: Any, path: str) -> None:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class OnnxFormatError(CudnnRNNError, ValueError):
+class OnnxFormatError(files.FormatError):
     """An ONNX model that :func:`from_onnx` cannot read: bytes that are not a valid model, a file
     that is not a regular file, hostile sizes, or a graph that computes something else than a
     stack of our layers."""
@@ -221,19 +220,17 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     onnx = import_onnx()
     name = os.fspath(path)
     label = f"from_onnx: {name!r}"
-    _check_regular(os.stat(name), label)
-    # O_NONBLOCK: should the file be swapped for a FIFO after the stat, open does not wait for
-    # a writer and the fstat below refuses it.
-    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        _check_regular(info, label)
-        if info.st_size > _MAX_PROTOBUF:  # refused from its size: reading it would be wasted
-            raise OnnxFormatError(
-                f"{label} is {info.st_size} bytes, more than the {_MAX_PROTOBUF} a protobuf can "
-                "hold, so it is no ONNX model; a model this large keeps its weights in external "
-                "data files (onnx.save_model(..., save_as_external_data=True))."
-            )
+    try:  # refused from its size: reading it would be wasted
+        file = files.open_regular(name, max_size=_MAX_PROTOBUF)
+    except files.NotRegularFile as err:
+        raise _not_regular(err, label) from None
+    except files.FileTooLarge as err:
+        raise OnnxFormatError(
+            f"{label} is {err.size} bytes, more than the {_MAX_PROTOBUF} a protobuf can "
+            "hold, so it is no ONNX model; a model this large keeps its weights in external "
+            "data files (onnx.save_model(..., save_as_external_data=True))."
+        ) from None
+    with file:
         data = file.read()
     registry = onnx.serialization.registry
     fmt = registry.get_format_from_file_extension(os.path.splitext(name)[1]) or "protobuf"
@@ -248,10 +245,24 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     return model
 
 
-def _check_regular(info: os.stat_result, label: str) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise OnnxFormatError(f"{label} is {kind}; only regular files are read.")
+def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype name) of every initializer of the ONNX model at ``path``, read by
+    :func:`load_model` (checked); shapes and dtypes come from the headers, no weight is decoded."""
+    model = load_model(path)
+    numpy_dtype = import_onnx().helper.tensor_dtype_to_np_dtype
+    try:
+        return {
+            i.name: (tuple(int(d) for d in i.dims), numpy_dtype(i.data_type).name)
+            for i in model.graph.initializer
+        }
+    except KeyError as err:
+        raise OnnxFormatError(f"{path}: an initializer has no known dtype: {err}") from err
+
+
+def _not_regular(err: files.NotRegularFile, label: str) -> OnnxFormatError:
+    return OnnxFormatError(
+        f"{label} is not a regular file; only regular files are read (it is {err.kind})."
+    )
 
 
 def _check_model(onnx: Any, model: Any, label: str, *, shapes: bool = False) -> None:
@@ -311,16 +322,17 @@ def _load_external_data(onnx: Any, model: Any, folder: str, label: str) -> None:
                 f"{where} {location!r}, which is not a file in the model's folder {folder!r}."
             )
         try:
-            size = os.stat(target)
+            size = files.regular_size(target)
+        except files.NotRegularFile as err:
+            raise _not_regular(err, f"{where} {location!r}, which") from None
         except OSError as err:
             raise OnnxFormatError(f"{where} {location!r}, which cannot be read: {err}") from err
-        _check_regular(size, f"{where} {location!r}, which")
         offset = info.offset or 0
-        length = size.st_size - offset if info.length is None else info.length
-        if offset + length > size.st_size or length < 0:
+        length = size - offset if info.length is None else info.length
+        if offset + length > size or length < 0:
             raise OnnxFormatError(
                 f"{where} {location!r} at bytes [{offset}, {offset + length}), but that file "
-                f"has {size.st_size} bytes."
+                f"has {size} bytes."
             )
         ranges.setdefault(target, []).append((offset, offset + length, tensor.name))
     for target, spans in ranges.items():

@@ -48,15 +48,13 @@ from torch import Tensor
 
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, layout_of
-from cudnn_rnn.errors import CudnnRNNError
+from cudnn_rnn.files import Claims, FormatError
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
 
 __all__ = ["OpaqueRestoreError", "Plan", "plan"]
 
-#: name -> (shape, dtype name), as a TF1 index claims them.
-Claims = Mapping[str, tuple[tuple[int, ...], str]]
 Reader = Callable[[Sequence[str]], Mapping[str, Tensor]]
 
 _SUFFIX = "opaque_kernel"
@@ -74,7 +72,7 @@ _SLOTS = {
 }
 
 
-class OpaqueRestoreError(CudnnRNNError, ValueError):
+class OpaqueRestoreError(FormatError):
     """The opaque kernel or its slots cannot be restored (``problems`` lists why)."""
 
     def __init__(self, problems: Sequence[str]) -> None:

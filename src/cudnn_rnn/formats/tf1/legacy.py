@@ -29,13 +29,11 @@ from cudnn_rnn.checkpointable import Shape
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, RECURRENT_BIAS, layout_of
+from cudnn_rnn.files import Claims
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
 
 __all__ = ["ExactBiases", "FileNames", "exact_biases", "file_names"]
-
-#: name -> (shape, dtype name) of a file's index.
-Claims = Mapping[str, tuple[tuple[int, ...], str]]
 
 
 @dataclass

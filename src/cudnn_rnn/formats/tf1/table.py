@@ -1,7 +1,7 @@
 """The sorted string table (SSTable) of TensorFlow's checkpoint index: LevelDB's table format.
 
 A table maps byte-string keys, sorted bytewise, to byte-string values; TensorFlow's tensor bundle
-(:mod:`cudnn_rnn.formats.tf1_bundle`) keeps its index in one::
+(:mod:`cudnn_rnn.formats.tf1.bundle`) keeps its index in one::
 
     table    = [data block][trailer] ... [metaindex block][trailer] [index block][trailer] footer
     block    = entry* restart_offset:u32* num_restarts:u32     (keys prefix-compressed; a
@@ -13,13 +13,13 @@ A table maps byte-string keys, sorted bytewise, to byte-string values; TensorFlo
     index    = a block with one entry per data block: a key >= the block's keys, its handle
 
 Integers are little-endian, ``varint`` is protobuf's base-128 encoding
-(:mod:`cudnn_rnn.formats.protobuf_wire`), ``masked_crc32c(x) = rotr(crc32c(x), 15) + 0xa282ead8``
-(CRC-32C from the ``google-crc32c`` library). TensorFlow writes checkpoint indexes uncompressed:
-a snappy-compressed block is refused with a clear error.
+(:mod:`cudnn_rnn.formats.tf1.protobuf_wire`), ``masked_crc32c(x) = rotr(crc32c(x), 15) +
+0xa282ead8`` (CRC-32C from the ``google-crc32c`` library). TensorFlow writes checkpoint indexes
+uncompressed: a snappy-compressed block is refused with a clear error.
 
 The reader trusts nothing: every handle is checked against the table's size, every block's
 checksum is verified, keys must be strictly increasing and restart points at whole keys, and
-anything else raises :class:`~cudnn_rnn.formats.protobuf_wire.Malformed`. The writer lays a
+anything else raises :class:`~cudnn_rnn.formats.tf1.protobuf_wire.Malformed`. The writer lays a
 table out byte for byte as TensorFlow's ``TableBuilder`` does.
 
 >>> data = build_table([(b"a", b"1"), (b"b", b"22")], BLOCK_SIZE, RESTART_INTERVAL)
@@ -34,7 +34,8 @@ from collections.abc import Iterable, Iterator
 
 import google_crc32c
 
-from cudnn_rnn.formats.protobuf_wire import Malformed, encode_varint, read_varint
+from cudnn_rnn.files import TF_TABLE_MAGIC
+from cudnn_rnn.formats.tf1.protobuf_wire import Malformed, encode_varint, read_varint
 
 __all__ = [
     "BLOCK_SIZE",
@@ -61,7 +62,7 @@ __all__ = [
     "unmask_crc32c",
 ]
 
-MAGIC = 0xDB4775248B80FB57
+MAGIC = TF_TABLE_MAGIC  # 0xdb4775248b80fb57; cudnn_rnn.files.sniff knows an index by it
 FOOTER_SIZE = 48
 HANDLES_SIZE = 40  # two BlockHandles, zero-padded
 TRAILER_SIZE = 5

@@ -16,7 +16,7 @@ import torch
 from cudnn_rnn import checkpoint
 from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.core import tf_names
-from cudnn_rnn.formats import tf1_bundle
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 from tests.support.paths import FIXTURES
 

@@ -22,8 +22,10 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, CudnnRNNTanh, checkpoint
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, PROJECTION, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.formats import cudnn_layout, tf1_bundle, tf1_opaque
+from cudnn_rnn.formats import cudnn_layout
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
+from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
 from cudnn_rnn.layers import _CudnnRNN
 from tests.support.paths import FIXTURES
 

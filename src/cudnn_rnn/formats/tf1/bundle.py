@@ -9,8 +9,9 @@ TensorFlow writes one data shard per ``Saver.save`` without ``sharded=True``.
 
 The format has three layers, one module each, each importing only the one below it: this module
 (the bundle: its protos, the data shards, reading, the crash-safe writer) on
-:mod:`cudnn_rnn.formats.tf1_table` (the SSTable: blocks, restart points, footer, block checksums,
-CRC-32C) on :mod:`cudnn_rnn.formats.protobuf_wire` (varints and fields).
+:mod:`cudnn_rnn.formats.tf1.table` (the SSTable: blocks, restart points, footer, block checksums,
+CRC-32C) on :mod:`cudnn_rnn.formats.tf1.protobuf_wire` (varints and fields). Files are opened by
+:func:`cudnn_rnn.files.open_regular` (regular files only).
 
 The reader trusts nothing in the files: every length, offset and count is checked against the file
 sizes before it is used, every block and tensor checksum is verified, and anything corrupt,
@@ -43,7 +44,6 @@ import io
 import math
 import os
 import re
-import stat
 from array import array
 from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass
@@ -52,9 +52,8 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_rnn import atomic
-from cudnn_rnn.errors import CudnnRNNError
-from cudnn_rnn.formats.protobuf_wire import (
+from cudnn_rnn import atomic, files
+from cudnn_rnn.formats.tf1.protobuf_wire import (
     BYTES,
     FIXED32,
     VARINT,
@@ -73,8 +72,8 @@ from cudnn_rnn.formats.protobuf_wire import (
 # The writer's table builder and TensorFlow's table settings, under the private names the
 # bundle has always had (tests and the fuzz worker build hostile indexes with them, and a test
 # shrinks _BLOCK_SIZE to make the writer produce many blocks).
-from cudnn_rnn.formats.tf1_table import BLOCK_SIZE as _BLOCK_SIZE
-from cudnn_rnn.formats.tf1_table import (
+from cudnn_rnn.formats.tf1.table import BLOCK_SIZE as _BLOCK_SIZE
+from cudnn_rnn.formats.tf1.table import (
     FOOTER_SIZE,
     crc32c,
     masked_crc32c,
@@ -83,8 +82,8 @@ from cudnn_rnn.formats.tf1_table import (
     table_entries,
     unmask_crc32c,
 )
-from cudnn_rnn.formats.tf1_table import RESTART_INTERVAL as _RESTART_INTERVAL
-from cudnn_rnn.formats.tf1_table import build_table as _build_table
+from cudnn_rnn.formats.tf1.table import RESTART_INTERVAL as _RESTART_INTERVAL
+from cudnn_rnn.formats.tf1.table import build_table as _build_table
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -104,7 +103,7 @@ __all__ = [
 Array = npt.NDArray[Any]
 
 
-class TF1BundleError(CudnnRNNError, ValueError):
+class TF1BundleError(files.FormatError):
     """A tensor bundle that is corrupt, truncated, hostile, or uses a feature this reader lacks."""
 
 
@@ -520,14 +519,14 @@ def open_bundle(path: str | os.PathLike[str]) -> BundleIndex:
     prefix = _readable_prefix(bundle_prefix(path))
     index_path = prefix + ".index"
     try:
-        fd, size = _open_regular(index_path, "index")
+        f, size = _open_regular(index_path, "index")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"TF1 checkpoint: no index file {index_path} (give the checkpoint prefix, the path "
             "without '.index')"
         ) from None
     try:
-        with os.fdopen(fd, "rb") as f:
+        with f:
             # The footer first, from the end: a file that is no index (or a truncated one) is
             # refused before its bulk is read, however large it is.
             f.seek(max(0, size - FOOTER_SIZE))
@@ -636,8 +635,8 @@ def read_bundle(
     index, wanted, entries, shards = _plan_read(source, names)
     tensors: dict[str, Array] = {}
     for path, ks in shards:
-        fd, file_size = _open_regular(path, "data shard")
-        with os.fdopen(fd, "rb") as f:
+        f, file_size = _open_regular(path, "data shard")
+        with f:
             _check_claims(path, file_size, [(wanted[k], entries[k]) for k in ks])  # no race
             for k in ks:
                 raw = _read_tensor_bytes(f, path, file_size, wanted[k], entries[k])
@@ -691,7 +690,7 @@ def _plan_read(
     for shard, ks in sorted(by_shard.items()):  # check every shard before reading any
         path = _data_path(index.prefix, shard, index.header.num_shards)
         try:
-            file_size = _regular_file_size(os.stat(path), path, "data shard")
+            file_size = _regular_file_size(path, "data shard")
         except FileNotFoundError:
             raise _MissingShardError(
                 f"TF1 checkpoint: no data shard {path} (its index {index_path} says the "
@@ -740,40 +739,27 @@ def _check_claims(path: str, file_size: int, claims: list[tuple[str, BundleEntry
         )
 
 
-def _regular_file_size(st: os.stat_result, path: str, what: str) -> int:
-    """``st``'s size, if it is a regular file's; a FIFO, device, socket or directory is refused
-    (opening a FIFO blocks forever, reading a device may never end)."""
-    if not stat.S_ISREG(st.st_mode):
-        mode = st.st_mode
-        kind = (
-            "a FIFO (named pipe)"
-            if stat.S_ISFIFO(mode)
-            else "a directory"
-            if stat.S_ISDIR(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file"
-        )
-        raise TF1BundleError(f"TF1 checkpoint {what} {path} is {kind}, not a regular file.")
-    return st.st_size
-
-
-def _open_regular(path: str, what: str) -> tuple[int, int]:
-    """A descriptor open for reading on the regular file ``path``, and the file's size.
-
-    The file is checked before it is opened (``open`` itself blocks on a FIFO), opened
-    non-blocking (in case it was swapped for one since) and checked again once open.
-    """
-    _regular_file_size(os.stat(path), path, what)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
+def _regular_file_size(path: str, what: str) -> int:
+    """The size of ``path``, if it is a regular file; anything else is refused before it is
+    opened (opening a FIFO blocks forever, reading a device may never end)."""
     try:
-        return fd, _regular_file_size(os.fstat(fd), path, what)
-    except BaseException:
-        os.close(fd)
-        raise
+        return files.regular_size(path)
+    except files.NotRegularFile as err:
+        raise _not_regular(err, what) from None
+
+
+def _not_regular(err: files.NotRegularFile, what: str) -> TF1BundleError:
+    return TF1BundleError(f"TF1 checkpoint {what} {err.path} is {err.kind}, not a regular file.")
+
+
+def _open_regular(path: str, what: str) -> tuple[io.BufferedReader, int]:
+    """The regular file ``path`` open for reading (:func:`cudnn_rnn.files.open_regular`), and
+    its size."""
+    try:
+        f = files.open_regular(path)
+    except files.NotRegularFile as err:
+        raise _not_regular(err, what) from None
+    return f, os.fstat(f.fileno()).st_size
 
 
 def _read_tensor_bytes(

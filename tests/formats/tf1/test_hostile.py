@@ -19,14 +19,14 @@ import pytest
 import torch
 
 from cudnn_rnn import checkpoint
-from cudnn_rnn.formats import tf1_bundle as tb
-from cudnn_rnn.formats import tf1_table
-from cudnn_rnn.formats.protobuf_wire import encode_varint
-from cudnn_rnn.formats.tf1_bundle import TF1BundleError, read_bundle, read_bundle_index
+from cudnn_rnn.formats.tf1 import bundle as tb
+from cudnn_rnn.formats.tf1 import table as tf1_table
+from cudnn_rnn.formats.tf1.bundle import TF1BundleError, read_bundle, read_bundle_index
+from cudnn_rnn.formats.tf1.protobuf_wire import encode_varint
 from cudnn_rnn.layers import CudnnGRU
 
 DATA = ".data-00000-of-00001"
-SRC = str(Path(tb.__file__).resolve().parents[2])  # the package under test, for subprocesses
+SRC = str(Path(tb.__file__).resolve().parents[3])  # the package under test, for subprocesses
 
 
 def write_index(prefix: str | Path, entries: list[tuple[bytes, bytes]]) -> None:
@@ -191,7 +191,7 @@ def test_fifo_data_shard_and_fifo_index_are_refused_promptly(tmp_path: Path) -> 
     os.mkfifo(tmp_path / "other.index")
     out = run_with_timeout(
         f"""
-        from cudnn_rnn.formats.tf1_bundle import TF1BundleError, read_bundle, read_bundle_index
+        from cudnn_rnn.formats.tf1.bundle import TF1BundleError, read_bundle, read_bundle_index
         other = {str(tmp_path / "other")!r}
         calls = [(read_bundle, {prefix!r}), (read_bundle_index, other), (read_bundle, other)]
         for call, arg in calls:

@@ -23,10 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudnn_rnn.formats import tf1_bundle as tb
-from cudnn_rnn.formats import tf1_table
-from cudnn_rnn.formats.protobuf_wire import bytes_field, encode_varint
-from cudnn_rnn.formats.tf1_bundle import (
+from cudnn_rnn.formats.tf1 import bundle as tb
+from cudnn_rnn.formats.tf1 import table as tf1_table
+from cudnn_rnn.formats.tf1.bundle import (
     SUPPORTED_DTYPES,
     TF1BundleError,
     crc32c,
@@ -35,6 +34,7 @@ from cudnn_rnn.formats.tf1_bundle import (
     read_bundle_index,
     write_bundle,
 )
+from cudnn_rnn.formats.tf1.protobuf_wire import bytes_field, encode_varint
 from tests.support.paths import FIXTURES
 
 FIXTURES = FIXTURES / "tf1"
@@ -762,7 +762,7 @@ class NoTorch:
 
 sys.meta_path.insert(0, NoTorch())
 import numpy as np
-from cudnn_rnn.formats.tf1_bundle import read_bundle, write_bundle
+from cudnn_rnn.formats.tf1.bundle import read_bundle, write_bundle
 write_bundle({str(tmp_path / "x")!r}, {{"a": np.arange(3)}})
 assert read_bundle({str(tmp_path / "x")!r})["a"].tolist() == [0, 1, 2]
 assert not any(m == "torch" or m.startswith("torch.") for m in sys.modules)

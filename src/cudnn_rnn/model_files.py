@@ -1,0 +1,349 @@
+"""One model from any file the ``cudnn-rnn`` command reads, and one written in the format a name
+asks for: the file handling behind :mod:`cudnn_rnn.cli`, which keeps argument handling only.
+
+The reader is chosen by the file's content (:func:`cudnn_rnn.files.sniff`), not by its name:
+
+================================  ============================================================
+content                           reader
+================================  ============================================================
+safetensors                       ``safetensors``: our checkpoints (:mod:`cudnn_rnn.checkpoint`)
+TF1 checkpoint (``PREFIX.index``) ``tf``: :mod:`cudnn_rnn.checkpoint` (on ``formats.tf1``)
+ONNX protobuf                     ``onnx``: :mod:`cudnn_rnn.formats.onnx`
+torch.save (zip or legacy pickle) ``torch``: :mod:`cudnn_rnn.formats.torch_file`
+HDF5                              ``keras_h5``: :mod:`cudnn_rnn.formats.keras_h5`
+TorchScript, .npz, other zip      refused: :class:`UnsupportedFormat` names the kind
+unknown                           the reader of the name's extension (``.safetensors``,
+                                  ``.onnx``, ``.pt``/``.pth``, ``.h5``/``.hdf5``, a TF1 prefix),
+                                  so that a truncated or corrupt file is told what is wrong
+                                  with it; no such extension: :class:`UnsupportedFormat`
+================================  ============================================================
+
+Nothing is built from a file before its tensors were checked against the model it describes
+(names, shapes, dtypes, and their bytes inside the file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudnn_rnn import atomic, checkpoint, convert, files
+from cudnn_rnn.core import tf_names
+from cudnn_rnn.errors import CudnnRNNError
+from cudnn_rnn.files import Claims, clip, first_line, listed
+from cudnn_rnn.formats import torch_file
+from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
+from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
+from cudnn_rnn.saveable import (
+    CudnnGRUSaveable,
+    CudnnLSTMSaveable,
+    CudnnOpaqueParamsSaveable,
+    CudnnRNNReluSaveable,
+    CudnnRNNTanhSaveable,
+)
+
+__all__ = [
+    "READERS",
+    "Contents",
+    "UnsupportedFormat",
+    "UsageError",
+    "contents",
+    "load_layer",
+    "reader_of",
+    "save_layer",
+    "tensor_shapes",
+]
+
+
+class UsageError(CudnnRNNError):
+    """A problem the user of the ``cudnn-rnn`` command can fix (a file of several models and no
+    choice made, an activation the file does not record); printed as one line, exit code 2.
+    Importable as ``cudnn_rnn.cli.UsageError``."""
+
+
+class UnsupportedFormat(files.FormatError):
+    """A file whose format, told by its content, the command cannot read (yet), or whose
+    content is of no format it knows and whose name says none either."""
+
+
+#: Each kind :func:`cudnn_rnn.files.sniff` tells -> the reader of its files.
+READERS = {
+    files.SAFETENSORS: "safetensors",
+    files.TF1: "tf",
+    files.ONNX: "onnx",
+    files.TORCH_ZIP: "torch",
+    files.TORCH_PICKLE: "torch",
+    files.HDF5: "keras_h5",
+}
+#: The reader a name's extension asks for, for a file whose content proves nothing.
+_BY_EXTENSION = {
+    ".safetensors": "safetensors",
+    ".onnx": "onnx",
+    ".pt": "torch",
+    ".pth": "torch",
+    ".h5": "keras_h5",
+    ".hdf5": "keras_h5",
+}
+#: What the command says about the kinds it recognises but cannot read.
+_NOT_READ = {
+    files.TORCHSCRIPT: "cudnn-rnn does not read TorchScript yet; save the module's weights with "
+    "torch.save(module.state_dict(), path)",
+    files.NPZ: "cudnn-rnn does not read .npz archives yet; save the tensors with "
+    "safetensors.numpy.save_file or as a TF1 checkpoint",
+    files.ZIP: "cudnn-rnn reads no such archive",
+}
+_READ = "safetensors, TF1 checkpoints, ONNX, torch.save state_dicts or Keras 2 .h5 files"
+_SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
+    "lstm": CudnnLSTMSaveable,
+    "gru": CudnnGRUSaveable,
+    "rnn_tanh": CudnnRNNTanhSaveable,
+    "rnn_relu": CudnnRNNReluSaveable,
+}
+
+
+def reader_of(path: str) -> str:
+    """The reader of ``path`` (a key of :data:`READERS`'s values), chosen by its content; see
+    the module for the rules. Raises :class:`UnsupportedFormat` for a file no reader takes."""
+    kind = files.sniff(path)
+    if kind == files.TF1 and not checkpoint.is_tf_checkpoint(path):
+        raise UnsupportedFormat(
+            f"{path}: the index of a TF1 checkpoint, but not named PREFIX.index; give it its "
+            "name back (beside its PREFIX.data-* files) and pass PREFIX."
+        )
+    if kind in READERS:
+        return READERS[kind]
+    if kind in _NOT_READ:
+        raise UnsupportedFormat(f"{path}: {files.KINDS[kind]}; {_NOT_READ[kind]}.")
+    if checkpoint.is_tf_checkpoint(path):
+        return "tf"
+    by_name = _BY_EXTENSION.get(Path(path).suffix)
+    if by_name is None:
+        raise UnsupportedFormat(
+            f"{path}: its content is of no format cudnn-rnn reads ({_READ}), nor does its name "
+            "say one; if it is one of them, it is truncated or corrupt."
+        )
+    return by_name
+
+
+def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype name) of every tensor of ``path``, as its ``reader`` sees them.
+
+    Listing reads no data where the format allows it: a header or index (safetensors, TF1),
+    the initializers' headers (ONNX), the datasets' descriptions (Keras .h5); a torch file is
+    loaded whole (``weights_only``).
+    """
+    if reader in ("tf", "safetensors"):
+        return dict(checkpoint.read_claims(path))
+    if reader == "keras_h5":
+        from cudnn_rnn.formats.keras_h5 import keras_h5_weights
+
+        return keras_h5_weights(path)
+    if reader == "onnx":
+        from cudnn_rnn.formats import onnx
+
+        return onnx.tensor_shapes(path)
+    tensors = torch_file.read_state(path)
+    return {n: (tuple(t.shape), str(t.dtype).replace("torch.", "")) for n, t in tensors.items()}
+
+
+@dataclass
+class Contents:
+    """What a file holds: its reader, its tensors (name -> (shape, dtype name)), the models they
+    describe (configurations), and the groups of names not understood as a model."""
+
+    reader: str
+    shapes: dict[str, tuple[tuple[int, ...], str]]
+    models: list[dict[str, Any]]
+    skipped: list[str] = field(default_factory=list)
+
+
+def contents(path: str, activation: str | None = None) -> Contents:
+    """The tensors of ``path`` and the models they describe (what ``cudnn-rnn inspect`` shows);
+    ``activation`` as in :func:`load_layer`."""
+    reader = reader_of(path)
+    shapes = tensor_shapes(path, reader)
+    skipped: list[str] = []
+    if reader == "keras_h5":
+        from cudnn_rnn.formats.keras_h5 import describe_keras_h5
+
+        models = describe_keras_h5(path, **_keras_h5_options(activation))
+    elif reader in ("onnx", "torch"):
+        layer = load_layer(path, activation)
+        models = [{"rnn_mode": layer.rnn_mode, **layer.get_config()}]
+    else:
+        models = checkpoint.describe(path) if reader == "safetensors" else []
+        if not models:
+            models, skipped = detect_models_and_skipped({n: s for n, (s, _) in shapes.items()})
+    return Contents(reader, shapes, models, skipped)
+
+
+def load_layer(
+    path: str,
+    activation: str | None = None,
+    layer_name: str | None = None,
+    *,
+    note: Callable[[str], None] | None = None,
+) -> _CudnnRNN:
+    """One model from any supported file, as our layer.
+
+    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record;
+    ``layer_name`` picks one RNN layer of a Keras ``.h5`` file, needed when it holds several.
+    ``note`` is told, in one line, of what was read otherwise than asked (a TF1 opaque kernel
+    that does not fit, whose biases are then split in halves).
+    """
+    reader = reader_of(path)
+    if reader == "keras_h5":
+        return _keras_h5_layer(path, activation, layer_name)
+    if reader == "onnx":
+        return convert.from_onnx(path)  # type: ignore[no-any-return]
+    if reader == "torch":
+        module = torch_file.module_of_state(torch_file.read_state(path), path, activation)
+        return convert.from_torch(module)  # type: ignore[no-any-return]
+    claims = checkpoint.read_claims(path)
+    models = _models(path, reader, claims)
+    if len(models) != 1:
+        raise UsageError(f"{path}: holds {len(models)} models; convert needs exactly one.")
+    config = models[0]
+    mode = config["rnn_mode"]
+    if config.get("activation_known") is False:
+        if activation is None:
+            raise UsageError(
+                f"{path}: {tf_names.BASIC_RNN_CELL} does not say tanh or relu; pass "
+                "--activation tanh or --activation relu."
+            )
+        mode = f"rnn_{activation}"
+    expected = _expected_shapes(path, mode, config, len(claims))
+    # Checked against the header or index, and the file must hold every byte, before anything
+    # is built. A safetensors file is read here; a TF1 checkpoint by restore (once) below.
+    tensors: dict[str, torch.Tensor] = {}
+    if reader == "tf":
+        checkpoint.check_expected(path, expected)
+    else:
+        tensors = checkpoint.read_expected(path, expected, strict=True)
+    kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
+    layer = LAYER_CLASSES[mode](
+        config["num_layers"],
+        config["num_units"],
+        direction=config["direction"],
+        input_size=config["input_size"],
+        scope=config.get("scope"),
+        **kwargs,
+    )
+    if reader == "tf":
+        # restore also reads what only it reads: a TF1 training checkpoint's opaque kernel
+        # (both biases of every gate exact).
+        try:
+            checkpoint.restore(path, layer)
+            return layer
+        except checkpoint.CheckpointError as err:  # an opaque kernel that does not fit
+            tensors = checkpoint.read_expected(path, expected)  # raises for a corrupt file
+            if note is not None:
+                reason = str(err).splitlines()[-1].strip()
+                note(
+                    f"{path}: its opaque kernel is not used ({clip(reason)}); each gate's two "
+                    "biases are the canonical sum split in half."
+                )
+    checkpoint.load_into(path, [layer], tensors)
+    return layer
+
+
+def _keras_h5_options(activation: str | None) -> dict[str, Any]:
+    """``activation`` for a Keras .h5 file: given, it says the plain layers of a weights-only
+    file used cuDNN's activations, its SimpleRNNs this one."""
+    return {
+        "assume_cudnn_activations": activation is not None,
+        "simple_rnn_activation": activation or "tanh",
+    }
+
+
+def _keras_h5_layer(path: str, activation: str | None, name: str | None) -> _CudnnRNN:
+    from cudnn_rnn.formats.keras_h5 import describe_keras_h5, from_keras_h5
+
+    options = _keras_h5_options(activation)
+    if name is None:
+        found = [m["layer"] for m in describe_keras_h5(path, **options)]
+        if len(found) != 1:
+            raise UsageError(
+                f"{path}: holds {len(found)} RNN layers"
+                + (f" ({listed(found)}); pick one with --layer NAME." if found else ".")
+            )
+        name = str(found[0])
+    layer: _CudnnRNN = from_keras_h5(path, layers=[name], **options)[name]
+    return layer
+
+
+def _models(path: str, reader: str, claims: Claims) -> list[dict[str, Any]]:
+    """The models a checkpoint describes: our metadata's layers, else what the names imply."""
+    if reader == "safetensors":
+        described = checkpoint.describe(path)
+        # Cell stacks describe cells, not one fused model: their names say what it is.
+        if described and all("rnn_mode" in m for m in described):
+            return described
+    return detect_models({n: s for n, (s, _) in claims.items()})
+
+
+def _expected_shapes(
+    path: str, mode: str, config: dict[str, Any], count: int
+) -> dict[str, tuple[int | None, ...]]:
+    """The canonical names and shapes of ``config``'s model, computed without building it."""
+    from cudnn_rnn.core.layout import layout_of
+    from cudnn_rnn.core.spec import RNNSpec
+
+    dirs = 2 if config["direction"] == "bidirectional" else 1
+    # Every layer-direction has at least two tensors: a bigger claim cannot fit this file, and
+    # is refused before its (possibly huge) table is computed.
+    if config["num_layers"] * dirs * 2 > count:
+        raise UsageError(
+            f"{path}: describes {config['num_layers']} layer(s) in {dirs} direction(s) but "
+            f"holds only {count} tensor(s); the file is inconsistent."
+        )
+    proj = config.get("num_proj") or None
+    try:
+        spec = RNNSpec(
+            mode,
+            config["num_layers"],
+            config["num_units"],
+            config["input_size"],
+            direction=config["direction"],
+            num_proj=proj,
+            owner="cudnn-rnn",
+        )
+        # A meta tensor has a size and no storage: the saveable names the tensors, allocating
+        # nothing.
+        opaque = torch.empty(layout_of(spec).size, device="meta")
+        saveable = _SAVEABLES[mode](
+            opaque,
+            spec.num_layers,
+            spec.num_units,
+            spec.input_size,
+            direction=spec.direction,
+            scope=config.get("scope"),
+            num_proj=proj,
+        )
+    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
+        raise UsageError(
+            f"{path}: the model it describes is not valid ({clip(first_line(err))})."
+        ) from err
+    return saveable.checkpoint_shapes()
+
+
+def save_layer(layer: _CudnnRNN, dst: str) -> str:
+    """Write ``layer`` to ``dst`` in the format its extension names (``.safetensors``,
+    ``.onnx``, ``.pt``/``.pth``; anything else: a TF1 checkpoint prefix); returns that format."""
+    suffix = Path(dst).suffix
+    if suffix == ".safetensors":
+        checkpoint.save(dst, layer)
+        return "safetensors"
+    if suffix == ".onnx":
+        convert.to_onnx(layer, dst)
+        return "onnx"
+    if suffix in (".pt", ".pth"):
+        state = convert.to_torch(layer).state_dict()
+        atomic.write_file(dst, lambda f: torch.save(state, f))
+        return "torch state_dict"
+    checkpoint.save(dst, layer, format="tf")
+    return "TF1 checkpoint"
