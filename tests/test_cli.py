@@ -35,9 +35,10 @@ def test_inspect_tf1_fixture(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "tf file, 12 tensor(s)" in out
     assert "model/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel" in out
+    assert "found 1 RNN(s), 1 computable by cuDNN's math (--model NAME):" in out
     assert (
-        "rnn_mode=lstm, scope=model, num_layers=2, num_units=3, input_size=2, num_proj=None, "
-        "direction=unidirectional"
+        "  model: lstm unidirectional (num_layers=2, num_units=3, input_size=2) "
+        "at model 0 of the checkpoint (scope 'model')"
     ) in out
 
 
@@ -62,7 +63,9 @@ def test_convert_chain_keeps_the_function(
         np.testing.assert_allclose(layer(x)[0].detach().numpy(), want, atol=1e-6, err_msg=str(dst))
     assert "(TF1 checkpoint)" in capsys.readouterr().out
     assert main(["inspect", str(chain[2])]) == 0
-    assert "rnn_mode=gru" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "found 1 RNN(s), 1 computable by cuDNN's math" in out
+    assert ": gru bidirectional (num_layers=2, num_units=4, input_size=3) at GRU nodes" in out
 
 
 def test_plain_rnn_needs_the_activation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,7 +89,8 @@ def test_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         two, [CudnnLSTM(1, 2, input_size=2, scope="a"), CudnnLSTM(1, 2, input_size=2, scope="b")]
     )
     assert main(["convert", str(two), str(tmp_path / "x.onnx")]) == 2
-    assert "holds 2 models; convert needs exactly one" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds 2 models (a, b); pick one with --model NAME (inspect lists them)." in err
     with pytest.raises(SystemExit) as info:
         main(["frobnicate"])
     assert info.value.code == 2

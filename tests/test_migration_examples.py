@@ -18,6 +18,7 @@ MIGRATION = ROOT / "docs" / "migration.md"
 #: Sections whose Python blocks run as written (heading text, as in the file).
 RUNNABLE = (
     "ONNX models that run with X alone",
+    "torch state_dicts, TorchScript archives and NumPy arrays",
     "Keras 2 .h5 files",
     "TF1 training checkpoints with optimizer state",
 )

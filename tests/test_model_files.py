@@ -20,6 +20,7 @@ import torch
 from cudnn_rnn import checkpoint, convert, files, model_files
 from cudnn_rnn.cli import main
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.formats.torch_state import TorchFileError
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 from cudnn_rnn.model_files import UnsupportedFormat, load_layer, reader_of
 from tests.support.paths import FIXTURES
@@ -92,25 +93,35 @@ def _npz(path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("make", "says"),
-    [
-        (_torchscript, ": a TorchScript archive (torch.jit.save); cudnn-rnn does not read "),
-        (_npz, ": a NumPy .npz archive (np.savez); cudnn-rnn does not read .npz archives yet"),
-    ],
+    ("make", "listed"),
+    [(_torchscript, ("weight", [3, 2], "float32")), (_npz, ("kernel", [3, 8], "float32"))],
 )
 @pytest.mark.parametrize("name", ["model", "model.pt", "model.safetensors", "model.npz"])
-def test_kinds_not_read_yet_are_named(
-    make: object, says: str, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_torchscript_and_npz_without_an_rnn_are_listed_and_refused(
+    make: object,
+    listed: tuple[str, list[int], str],
+    name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Both kinds are read by content whatever the name: inspect lists their tensors from the
+    members' headers; loading one that holds no RNN says so in one line."""
     path = make(tmp_path / name)  # type: ignore[operator]
-    with pytest.raises(UnsupportedFormat) as info:
+    says = "holds no torch.nn LSTM, GRU, RNN or RNN cell state"
+    with pytest.raises(TorchFileError, match=says):
         load_layer(str(path))
-    assert says in str(info.value) and "header length" not in str(info.value)
-    for command in (["inspect", str(path)], ["convert", str(path), str(tmp_path / "o.onnx")]):
-        assert main(command) == 2
-        err = capsys.readouterr().err
-        assert err.startswith("cudnn-rnn: error: ") and err.count("\n") == 1, err
-        assert says in err and str(path) in err
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    tensor, shape, dtype = listed
+    assert f"{path}: torch file," in out and "found 0 RNN(s)" in out
+    assert any(line.split() == [tensor, *str(shape).split(), dtype] for line in out.splitlines()), (
+        out
+    )
+    assert main(["convert", str(path), str(tmp_path / "o.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cudnn-rnn: error: ") and err.count("\n") == 1, err
+    assert says in err and str(path) in err
+    assert not (tmp_path / "o.onnx").exists()
 
 
 def test_another_zip_archive_is_named(tmp_path: Path) -> None:

@@ -47,18 +47,26 @@ class _OptionError(UsageError):
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    found = model_files.contents(args.path, args.activation)
-    print(f"{args.path}: {found.reader} file, {len(found.shapes)} tensor(s)")
-    width = max((len(n) for n in found.shapes), default=0)
-    for name, (shape, dtype) in sorted(found.shapes.items()):
+    shapes = model_files.tensor_shapes(args.path, model_files.reader_of(args.path))
+    rnns = model_files.find_rnns(args.path, args.activation, **_keras_options(args))
+    print(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
+    width = max((len(n) for n in shapes), default=0)
+    for name, (shape, dtype) in sorted(shapes.items()):
         print(f"  {name:<{width}}  {list(shape)!s:<14} {dtype}")
-    print(f"detected {len(found.models)} model(s):")
-    for model in found.models:
-        print("  " + ", ".join(f"{k}={v}" for k, v in model.items()))
-    if found.skipped:
-        print(f"names not understood as a model ({len(found.skipped)}):")
-        for line in found.skipped[:20]:
+    computable = sum(r.computable for r in rnns)
+    print(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
+    for rnn in rnns:
+        print(f"  {rnn.describe()}")
+    skipped = model_files.unread_groups(args.path)
+    if skipped:
+        print(f"names not understood as a model ({len(skipped)}):")
+        for line in skipped[:20]:
             print(f"  {line}")
+    if rnns and not computable:  # nothing in it can be converted: say why, as a failure
+        raise model_files.UsageError(
+            f"{args.path}: holds no RNN that cuDNN's math computes: "
+            + "; ".join(r.describe() for r in rnns)
+        )
 
 
 def _convert(args: argparse.Namespace) -> None:
@@ -93,17 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     inspect = sub.add_parser(
         "inspect",
-        help="list the tensors and the detected model(s) of a file",
-        description="List the tensors (name, shape, dtype) of PATH and the model(s) they "
-        "describe: our .safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx, a "
-        "torch state_dict (.pt/.pth), or a Keras 2 .h5 model or weights file (its RNN layers).",
+        help="list the tensors of a file and every RNN it holds",
+        description="List the tensors (name, shape, dtype) of PATH and every RNN in it, by the "
+        "name --model takes, with whether cuDNN's math computes it (and if not, why): our "
+        ".safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx (RNN nodes at any "
+        "depth of a whole network), a torch state_dict (torch.save), a TorchScript archive, "
+        ".npz of torch names, or a Keras 2 .h5 model or weights file (its RNN layers). Exits 2 "
+        "when it holds RNNs but none that cuDNN's math computes.",
     )
     inspect.add_argument("path")
     convert_cmd = sub.add_parser(
         "convert",
         help="convert one model between safetensors, TF1, ONNX, torch",
-        description="Convert the one model in SRC to DST; DST's extension picks the format "
-        "(.safetensors, .onnx, .pt/.pth; anything else: a TF1 checkpoint prefix).",
+        description="Convert one RNN of SRC (the only one, or --model NAME) to DST; DST's "
+        "extension picks the format (.safetensors, .onnx, .pt/.pth; anything else: a TF1 "
+        "checkpoint prefix).",
     )
     convert_cmd.add_argument("src")
     convert_cmd.add_argument("dst")
@@ -135,11 +147,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_timing_arguments(bench_cmd)
     for p in (convert_cmd, bench_cmd):
         p.add_argument(
-            "--layer",
+            "--model",
             metavar="NAME",
-            help="which RNN layer of a Keras .h5 file to take (when it holds several)",
+            help="which RNN of the file to take, by the name `inspect` lists (an ONNX node's "
+            "path, a state_dict prefix, a Keras layer path, a checkpoint's scope); needed when "
+            "the file holds several",
         )
+        p.add_argument("--layer", metavar="NAME", help="the older name of --model (Keras .h5)")
     for p in (inspect, convert_cmd, bench_cmd):
+        p.add_argument(
+            "--keras-version",
+            metavar="VERSION",
+            help="Keras .h5 weights-only files written before Keras 2.3 (hard_sigmoid was the "
+            "default): repeat the file's keras_version to confirm its LSTM/GRU used sigmoid",
+        )
+        p.add_argument(
+            "--merge-layers",
+            action="store_true",
+            help="Keras .h5: consecutive compatible RNN layers become one multi-layer model",
+        )
         p.add_argument(
             "--activation",
             choices=("tanh", "relu"),
@@ -184,9 +210,24 @@ def _bench(args: argparse.Namespace) -> None:
     print("\n".join(bench.report(measured)))
 
 
+def _keras_options(args: argparse.Namespace) -> dict[str, object]:
+    """The Keras .h5 reader's options given on the command line."""
+    options: dict[str, object] = {}
+    if args.keras_version is not None:
+        options["confirm_keras_version"] = args.keras_version
+    if args.merge_layers:
+        options["merge_layers"] = True
+    return options
+
+
 def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
     return model_files.load_layer(
-        path, args.activation, args.layer, note=lambda text: print(f"note: {text}")
+        path,
+        args.activation,
+        args.layer,
+        model=args.model,
+        note=lambda text: print(f"note: {text}"),
+        **_keras_options(args),
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "CONVERTERS",
     "Converter",
     "converter",
+    "find_rnns",
     "from_keras",
     "from_keras_h5",
     "from_onnx",
@@ -101,9 +102,11 @@ def to_torch(layer: Any) -> Any:
     return converter("torch", "to")(layer)
 
 
-def from_torch(module: Any) -> Any:
-    """Our layer computing what a ``torch.nn.LSTM/GRU/RNN`` computes."""
-    return converter("torch", "from")(module)
+def from_torch(source: Any, **kwargs: Any) -> Any:
+    """Our layer computing what a ``torch.nn.LSTM/GRU/RNN`` (or ``LSTMCell``/``GRUCell``/
+    ``RNNCell``, a state_dict or a torch file) computes; see
+    :func:`cudnn_rnn.formats.torch_nn.from_torch` for ``prefix=`` and ``activation=``."""
+    return converter("torch", "from")(source, **kwargs)
 
 
 def to_keras(layer: Any) -> Any:
@@ -128,6 +131,21 @@ def to_onnx(layer: Any, path: Any, **kwargs: Any) -> Any:
     return converter("onnx", "to")(layer, path, **kwargs)
 
 
-def from_onnx(path: Any) -> Any:
-    """Our layer from an ONNX model of standard LSTM/GRU/RNN nodes."""
-    return converter("onnx", "from")(path)
+def from_onnx(path: Any, **kwargs: Any) -> Any:
+    """Our layer from an ONNX model's standard LSTM/GRU/RNN node (``node=`` picks one of those
+    :func:`find_rnns` lists); see :func:`cudnn_rnn.formats.onnx.from_onnx`."""
+    return converter("onnx", "from")(path, **kwargs)
+
+
+def find_rnns(path: Any, **options: Any) -> Any:
+    """Every RNN a file holds, whatever its format (told by its content): a list of
+    :class:`cudnn_rnn.formats.found.FoundRNN`, each with where it is (an ONNX node's path at any
+    depth, a torch state_dict prefix, a Keras layer path, a checkpoint's scope), its mode, sizes
+    and direction, and whether cuDNN's math computes it (and if not, every reason). Its ``name``
+    picks it for the loaders (``from_onnx(path, node=)``, ``from_torch(path, prefix=)``,
+    ``from_keras_h5(path, layers=[...])``, ``cudnn-rnn convert --model``). ``options``:
+    ``activation`` (plain RNNs whose files do not say tanh or relu) and the Keras reader's
+    ``confirm_keras_version``, ``merge_layers``."""
+    from cudnn_rnn import model_files
+
+    return model_files.find_rnns(str(path), **options)

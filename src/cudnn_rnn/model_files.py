@@ -31,12 +31,14 @@ from typing import Any
 
 import torch
 
-from cudnn_rnn import atomic, checkpoint, convert, files
+from cudnn_rnn import atomic, checkpoint, files
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.files import Claims, clip, first_line, listed
-from cudnn_rnn.formats import torch_file
+from cudnn_rnn.formats import onnx as onnx_format
+from cudnn_rnn.formats import torch_file, torch_nn
 from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
+from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
@@ -52,6 +54,7 @@ __all__ = [
     "UnsupportedFormat",
     "UsageError",
     "contents",
+    "find_rnns",
     "load_layer",
     "reader_of",
     "save_layer",
@@ -77,6 +80,8 @@ READERS = {
     files.ONNX: "onnx",
     files.TORCH_ZIP: "torch",
     files.TORCH_PICKLE: "torch",
+    files.TORCHSCRIPT: "torch",  # its tensors, read without running its code
+    files.NPZ: "torch",  # arrays under torch's state_dict names
     files.HDF5: "keras_h5",
 }
 #: The reader a name's extension asks for, for a file whose content proves nothing.
@@ -90,10 +95,6 @@ _BY_EXTENSION = {
 }
 #: What the command says about the kinds it recognises but cannot read.
 _NOT_READ = {
-    files.TORCHSCRIPT: "cudnn-rnn does not read TorchScript yet; save the module's weights with "
-    "torch.save(module.state_dict(), path)",
-    files.NPZ: "cudnn-rnn does not read .npz archives yet; save the tensors with "
-    "safetensors.numpy.save_file or as a TF1 checkpoint",
     files.ZIP: "cudnn-rnn reads no such archive",
 }
 _READ = "safetensors, TF1 checkpoints, ONNX, torch.save state_dicts or Keras 2 .h5 files"
@@ -133,8 +134,8 @@ def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], st
     """Name -> (shape, dtype name) of every tensor of ``path``, as its ``reader`` sees them.
 
     Listing reads no data where the format allows it: a header or index (safetensors, TF1),
-    the initializers' headers (ONNX), the datasets' descriptions (Keras .h5); a torch file is
-    loaded whole (``weights_only``).
+    the initializers' headers (ONNX), the datasets' descriptions (Keras .h5), the members'
+    headers (TorchScript, ``.npz``); a torch.save file is loaded whole (``weights_only``).
     """
     if reader in ("tf", "safetensors"):
         return dict(checkpoint.read_claims(path))
@@ -146,8 +147,7 @@ def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], st
         from cudnn_rnn.formats import onnx
 
         return onnx.tensor_shapes(path)
-    tensors = torch_file.read_state(path)
-    return {n: (tuple(t.shape), str(t.dtype).replace("torch.", "")) for n, t in tensors.items()}
+    return torch_file.tensor_shapes(path)
 
 
 @dataclass
@@ -181,33 +181,97 @@ def contents(path: str, activation: str | None = None) -> Contents:
     return Contents(reader, shapes, models, skipped)
 
 
+def find_rnns(path: str, activation: str | None = None, **keras: Any) -> list[FoundRNN]:
+    """Every RNN ``path`` holds, whatever its format (see :mod:`cudnn_rnn.formats.found`): ONNX
+    nodes at any depth, torch state_dict groups at any prefix, Keras layers (nested models'
+    too), a checkpoint's models. ``activation`` as in :func:`load_layer`; ``keras`` are
+    :func:`~cudnn_rnn.formats.keras_h5.describe_keras_h5`'s options (``confirm_keras_version``,
+    ``merge_layers``). Each record's ``name`` is what :func:`load_layer`'s ``model`` takes."""
+    reader = reader_of(path)
+    kind = files.sniff(path)
+    if reader == "keras_h5":
+        from cudnn_rnn.formats import keras_h5
+
+        return keras_h5.find_rnns(path, **{**_keras_h5_options(activation), **keras})
+    if reader == "onnx":
+        return onnx_format.find_rnns(path)
+    if reader == "torch":
+        return torch_file.find_rnns(path, activation=activation)
+    claims = checkpoint.read_claims(path)
+    models = _models(path, reader, claims)
+    if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
+        return torch_file.find_rnns(path, activation=activation)
+    return [_found_model(i, m, kind) for i, m in enumerate(models)]
+
+
+def unread_groups(path: str) -> list[str]:
+    """The groups of a checkpoint's names not understood as a model (what they lack), for
+    ``cudnn-rnn inspect``; empty for other formats and for files whose metadata says it."""
+    reader = reader_of(path)
+    if reader not in ("tf", "safetensors") or (
+        reader == "safetensors" and checkpoint.describe(path)
+    ):
+        return []
+    shapes = {n: s for n, (s, _) in checkpoint.read_claims(path).items()}
+    return detect_models_and_skipped(shapes)[1]
+
+
+def _found_model(index: int, config: dict[str, Any], kind: str) -> FoundRNN:
+    """A checkpoint's model (our metadata's, or what TF's names imply) as a record; its name is
+    its scope, or ``#index`` without one."""
+    name = config.get("scope") or f"#{index}"
+    mode = config.get("rnn_mode")
+    if config.get("activation_known") is False:
+        mode = None  # a BasicRNNCell: the caller says tanh or relu (--activation)
+    return FoundRNN(
+        str(name),
+        f"model {index} of the checkpoint" + (f" (scope {name!r})" if config.get("scope") else ""),
+        kind,
+        mode,
+        num_layers=config.get("num_layers"),
+        num_units=config.get("num_units"),
+        input_size=config.get("input_size"),
+        direction=config.get("direction"),
+        num_proj=config.get("num_proj") or None,
+        details={"needs_activation": True} if config.get("activation_known") is False else {},
+    )
+
+
 def load_layer(
     path: str,
     activation: str | None = None,
     layer_name: str | None = None,
     *,
+    model: str | None = None,
     note: Callable[[str], None] | None = None,
+    **keras: Any,
 ) -> _CudnnRNN:
     """One model from any supported file, as our layer.
 
     ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record;
-    ``layer_name`` picks one RNN layer of a Keras ``.h5`` file, needed when it holds several.
+    ``model`` picks one of the RNNs :func:`find_rnns` lists (needed where the file holds
+    several); ``layer_name`` is its older name for a Keras ``.h5`` layer. ``keras`` are the
+    Keras reader's options (``confirm_keras_version``, ``merge_layers``).
     ``note`` is told, in one line, of what was read otherwise than asked (a TF1 opaque kernel
     that does not fit, whose biases are then split in halves).
     """
     reader = reader_of(path)
+    if model is not None and layer_name is not None and model != layer_name:
+        raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
+    model = model if model is not None else layer_name
     if reader == "keras_h5":
-        return _keras_h5_layer(path, activation, layer_name)
+        return _keras_h5_layer(path, activation, model, keras)
     if reader == "onnx":
-        return convert.from_onnx(path)  # type: ignore[no-any-return]
+        if model is None:
+            _only_one(path, [f.name for f in onnx_format.find_rnns(path)])
+        return onnx_format.from_onnx(path, node=model)
     if reader == "torch":
-        module = torch_file.module_of_state(torch_file.read_state(path), path, activation)
-        return convert.from_torch(module)  # type: ignore[no-any-return]
+        return _torch_layer(path, model, activation)
     claims = checkpoint.read_claims(path)
     models = _models(path, reader, claims)
-    if len(models) != 1:
-        raise UsageError(f"{path}: holds {len(models)} models; convert needs exactly one.")
-    config = models[0]
+    if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
+        return _torch_layer(path, model, activation)
+    config = _pick_model(path, models, model, files.sniff(path))
     mode = config["rnn_mode"]
     if config.get("activation_known") is False:
         if activation is None:
@@ -223,7 +287,8 @@ def load_layer(
     if reader == "tf":
         checkpoint.check_expected(path, expected)
     else:
-        tensors = checkpoint.read_expected(path, expected, strict=True)
+        # The file's other models' tensors are expected there when one model is picked.
+        tensors = checkpoint.read_expected(path, expected, strict=len(models) == 1)
     kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
     layer = LAYER_CLASSES[mode](
         config["num_layers"],
@@ -251,6 +316,35 @@ def load_layer(
     return layer
 
 
+def _pick_model(
+    path: str, models: list[dict[str, Any]], name: str | None, kind: str
+) -> dict[str, Any]:
+    """The model ``name`` picks (its scope or ``#index``), or the only one."""
+    found = [_found_model(i, m, kind).name for i, m in enumerate(models)]
+    if name is None:
+        _only_one(path, found, exactly=True)
+        return models[0]
+    if name not in found:
+        raise UsageError(f"{path}: no model {name!r}; it holds {listed(found) or 'none'}.")
+    return models[found.index(name)]
+
+
+def _only_one(path: str, names: list[str], *, exactly: bool = False) -> None:
+    """Refuse a file of several models (or of none, ``exactly``) when no name picks one."""
+    if len(names) > 1 or (exactly and not names):
+        shown = listed([n or "''" for n in names])  # a torch module at the top level is ''
+        raise UsageError(
+            f"{path}: holds {len(names)} models"
+            + (f" ({shown}); pick one with --model NAME (inspect lists them)." if names else ".")
+        )
+
+
+def _torch_layer(path: str, model: str | None, activation: str | None) -> _CudnnRNN:
+    if model is None:  # the file is read twice then: names are the CLI's, not from_torch's
+        _only_one(path, [f.name for f in torch_file.find_rnns(path, activation=activation)])
+    return torch_nn.from_torch(path, prefix=model, activation=activation)
+
+
 def _keras_h5_options(activation: str | None) -> dict[str, Any]:
     """``activation`` for a Keras .h5 file: given, it says the plain layers of a weights-only
     file used cuDNN's activations, its SimpleRNNs this one."""
@@ -260,16 +354,18 @@ def _keras_h5_options(activation: str | None) -> dict[str, Any]:
     }
 
 
-def _keras_h5_layer(path: str, activation: str | None, name: str | None) -> _CudnnRNN:
+def _keras_h5_layer(
+    path: str, activation: str | None, name: str | None, keras: dict[str, Any]
+) -> _CudnnRNN:
     from cudnn_rnn.formats.keras_h5 import describe_keras_h5, from_keras_h5
 
-    options = _keras_h5_options(activation)
+    options = {**_keras_h5_options(activation), **keras}
     if name is None:
         found = [m["layer"] for m in describe_keras_h5(path, **options)]
         if len(found) != 1:
             raise UsageError(
                 f"{path}: holds {len(found)} RNN layers"
-                + (f" ({listed(found)}); pick one with --layer NAME." if found else ".")
+                + (f" ({listed(found)}); pick one with --model NAME." if found else ".")
             )
         name = str(found[0])
     layer: _CudnnRNN = from_keras_h5(path, layers=[name], **options)[name]
@@ -339,10 +435,10 @@ def save_layer(layer: _CudnnRNN, dst: str) -> str:
         checkpoint.save(dst, layer)
         return "safetensors"
     if suffix == ".onnx":
-        convert.to_onnx(layer, dst)
+        onnx_format.to_onnx(layer, dst)
         return "onnx"
     if suffix in (".pt", ".pth"):
-        state = convert.to_torch(layer).state_dict()
+        state = torch_nn.to_torch(layer).state_dict()
         atomic.write_file(dst, lambda f: torch.save(state, f))
         return "torch state_dict"
     checkpoint.save(dst, layer, format="tf")

@@ -163,8 +163,10 @@ def test_describe() -> None:
     }
     refused = describe_keras_h5(FIXTURES / "hard_sigmoid_model.h5")
     assert (
-        refused == [{"layer": "lstm", "refused": refused[0]["refused"]}]
+        refused
+        == [{"layer": "lstm", "refused": refused[0]["refused"], "reasons": refused[0]["reasons"]}]
         and "hard_sigmoid" in refused[0]["refused"]
+        and refused[0]["reasons"] == (refused[0]["refused"],)
     )
     weights = keras_h5_weights(FIXTURES / "cudnn_model.h5")
     assert weights["cu_dnnlstm/bias:0"] == ((32,), "float32")
@@ -603,7 +605,10 @@ def test_cli_inspect(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "keras_h5 file, 12 tensor(s)" in out
     assert "bidirectional/forward_cu_dnnlstm/bias:0" in out
-    assert "layer=bidirectional_1, keras_class=Bidirectional(CuDNNGRU), rnn_mode=gru" in out
+    assert (
+        "  bidirectional_1: gru bidirectional (num_layers=1, num_units=2, input_size=6) at Keras "
+        "layer 'bidirectional_1' (Bidirectional(CuDNNGRU))"
+    ) in out
 
 
 def test_cli_convert_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -611,7 +616,7 @@ def test_cli_convert_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["convert", src, str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and src in err
-    assert "holds 2 RNN layers (cu_dnnlstm, cu_dnngru); pick one with --layer NAME" in err
+    assert "holds 2 RNN layers (cu_dnnlstm, cu_dnngru); pick one with --model NAME" in err
     assert main(["convert", src, str(tmp_path / "gru.pt"), "--layer", "cu_dnngru"]) == 0
     gru = torch.nn.GRU(4, 3, batch_first=True)
     gru.load_state_dict(torch.load(tmp_path / "gru.pt", weights_only=True))
@@ -716,8 +721,15 @@ def test_cli_nested(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", src]) == 0
     out = capsys.readouterr().out
     assert "encoder/lstm_1/lstm_cell/kernel:0" in out  # the weights, under the outer group
-    assert "layer=encoder/core/gru, keras_class=GRU, rnn_mode=gru" in out
-    assert "layer=head/simple_rnn, keras_class=SimpleRNN, rnn_mode=rnn_relu" in out
+    assert "found 5 RNN(s), 5 computable by cuDNN's math" in out
+    assert (
+        "  encoder/core/gru: gru unidirectional (num_layers=1, num_units=4, input_size=4) at "
+        "Keras layer 'encoder/core/gru' (GRU)"
+    ) in out
+    assert (
+        "  head/simple_rnn: rnn_relu unidirectional (num_layers=1, num_units=2, input_size=4) at "
+        "Keras layer 'head/simple_rnn' (SimpleRNN)"
+    ) in out
     dst = tmp_path / "gru.pt"
     assert main(["convert", src, str(dst), "--layer", "encoder/core/gru"]) == 0
     gru = torch.nn.GRU(4, 4, batch_first=True)

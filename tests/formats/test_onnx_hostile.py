@@ -4,9 +4,7 @@ files that are not regular files. Every refusal is one typed error, OnnxFormatEr
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +18,7 @@ import torch
 from cudnn_rnn.formats.onnx import OnnxFormatError, from_onnx, load_model, to_onnx
 from tests.formats.test_onnx import our_model, rnn_nodes
 from tests.formats.test_torch_nn import random_layer
+from tests.support.capped import run_capped
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper
@@ -76,15 +75,13 @@ def test_allocation_bombs_are_refused_before_allocating(tmp_path: Path) -> None:
     for name, model in bombs().items():
         onnx.save_model(model, str(tmp_path / f"{name}.onnx"))
         assert (tmp_path / f"{name}.onnx").stat().st_size < 1000
-    script = textwrap.dedent(
-        f"""
-        import resource, sys, time
+    imports = """
+        import sys, time
         from pathlib import Path
         import onnx.reference
         from cudnn_rnn.formats.onnx import OnnxFormatError, from_onnx
-        size = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1])
-        limit = size * 1024 + 2**30
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        """
+    body = f"""
         for path in sorted(Path({str(tmp_path)!r}).glob("*.onnx")):
             start = time.perf_counter()
             try:
@@ -95,10 +92,7 @@ def test_allocation_bombs_are_refused_before_allocating(tmp_path: Path) -> None:
             except BaseException as err:
                 print(path.stem, type(err).__name__, err)
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = run_capped(imports, body)
     lines = done.stdout.splitlines()
     assert len(lines) == 3, done.stdout + done.stderr
     for line in lines:

@@ -218,8 +218,23 @@ def test_to_torch_needs_a_built_layer() -> None:
 
 
 def test_from_torch_refuses_other_modules() -> None:
-    with pytest.raises(TypeError, match=r"from_torch: expected a torch.nn.LSTM, GRU or RNN.*Cell"):
-        from_torch(nn.LSTMCell(3, 4))  # type: ignore[arg-type]
+    # A cell is one unidirectional layer now (tests/formats/test_torch_files.py); a module
+    # holding no RNN, or another kind of object, is still refused.
+    with pytest.raises(ValueError, match=r"from_torch: Linear holds no torch.nn LSTM, GRU, RNN"):
+        from_torch(nn.Linear(3, 4))
+    with pytest.raises(
+        TypeError, match=r"from_torch: expected a torch.nn.LSTM, .*RNNCell.*got int"
+    ):
+        from_torch(3)  # type: ignore[arg-type]
+
+    class Odd(nn.RNNCellBase):
+        pass
+
+    odd = Odd(3, 4, bias=True, num_chunks=2)
+    with pytest.raises(
+        TypeError, match=r"expected a torch.nn.LSTMCell, GRUCell or RNNCell, got Odd"
+    ):
+        from_torch(odd)
 
 
 def test_from_torch_skip_input_needs_identity() -> None:

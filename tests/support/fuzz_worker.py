@@ -32,7 +32,6 @@ import io
 import json
 import os
 import random
-import resource
 import struct
 import sys
 import traceback
@@ -48,6 +47,7 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
 from cudnn_rnn.formats import keras_h5
 from cudnn_rnn.formats import onnx as onnx_format
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from tests.support.capped import cap_address_space
 from tests.support.paths import FIXTURES
 
 HEADROOM = 1 << 30  # bytes the readers may allocate beyond what the imports took
@@ -814,17 +814,11 @@ FUZZERS["h5"] = fuzz_h5
 TYPED["h5"] = (keras_h5.KerasH5Error,)
 
 
-def limit_memory() -> None:
-    with open("/proc/self/status") as f:
-        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    resource.setrlimit(resource.RLIMIT_AS, (size + HEADROOM, size + HEADROOM))
-
-
 def main(argv: list[str]) -> int:
     fmt, folder, seed, cases = argv[0], Path(argv[1]), int(argv[2]), int(argv[3])
     folder.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    limit_memory()
+    cap_address_space(HEADROOM)
     run = Run(fmt)
     FUZZERS[fmt](run, folder, random.Random(seed), cases)
     report = {"format": fmt, "cases": run.cases, "outcomes": dict(run.outcomes), "bad": run.bad}

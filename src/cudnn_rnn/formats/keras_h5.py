@@ -114,6 +114,7 @@ from cudnn_rnn import files
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
+from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.formats.gate_blocks import BlockKey
 from cudnn_rnn.formats.keras import keras_blocks, layer_of_blocks
 from cudnn_rnn.layers import _CudnnRNN
@@ -161,7 +162,7 @@ class _Refused:
         return f"{self.name!r}" + (f" ({self.shown})" if self.shown else "")
 
     def config(self) -> dict[str, Any]:
-        return {"layer": self.name, "refused": " ".join(self.problems)}
+        return {"layer": self.name, "refused": " ".join(self.problems), "reasons": self.problems}
 
 
 @dataclass(frozen=True)
@@ -316,6 +317,33 @@ def describe_keras_h5(
         elif p.name in units:
             unit = units[p.name]
             out.append(unit.config() if len(unit.plans) > 1 else p.config())
+    return out
+
+
+def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
+    """Every RNN layer of the file (nested models' by their path), what it becomes and, where it
+    cannot be read, every reason; ``options`` as :func:`describe_keras_h5`'s. No weight is read."""
+    out = []
+    for entry in describe_keras_h5(path, **options):
+        name = str(entry["layer"])
+        if "refused" in entry:
+            reasons = tuple(str(r) for r in entry["reasons"])
+            where = f"Keras layer {name!r}"
+            out.append(FoundRNN(name, where, files.HDF5, None, computable=False, reasons=reasons))
+            continue
+        out.append(
+            FoundRNN(
+                name,
+                f"Keras layer {name!r} ({entry['keras_class']})",
+                files.HDF5,
+                str(entry["rnn_mode"]),
+                num_layers=int(entry.get("num_layers", 1)),
+                num_units=int(entry["num_units"]),
+                input_size=int(entry["input_size"]),
+                direction=str(entry["direction"]),
+                details={k: v for k, v in entry.items() if k in ("keras_class", "keras_layers")},
+            )
+        )
     return out
 
 

@@ -1,30 +1,76 @@
-"""Files of ``torch.save``: the state_dict of one ``torch.nn.LSTM``, ``GRU`` or ``RNN``.
+"""torch state_dicts in files: ``torch.save`` files, TorchScript archives, and the torch names
+of safetensors and ``.npz`` files; every RNN they hold, and the tensors of one.
 
-:func:`read_state` loads one with ``torch.load(weights_only=True)`` (never arbitrary objects),
-from a regular file only; :func:`module_of_state` builds the ``torch.nn`` module a state_dict
-describes, after every key, shape and dtype was checked against the module its layer-0 tensors
-imply. Either raises :class:`TorchFileError` naming the file and what to do. (The module itself is
-converted to our layer by :mod:`cudnn_rnn.formats.torch_nn`.)
+:func:`find_rnns` lists every ``torch.nn.LSTM``/``GRU``/``RNN`` and ``LSTMCell``/``GRUCell``/
+``RNNCell`` of a file, at any prefix (:mod:`cudnn_rnn.formats.torch_state` says how names make
+a group), and :func:`read_group` reads the tensors of one, checked, for
+:func:`cudnn_rnn.formats.torch_nn.from_torch`. The file's kind is told by its content
+(:func:`cudnn_rnn.files.sniff`), each read safely:
+
+=============  ==============================================================================
+kind           how it is read
+=============  ==============================================================================
+torch_zip,     ``torch.load(weights_only=True)`` (never arbitrary objects), on the CPU; a dict
+torch_pickle   of tensors, nested dicts included (``{"model": state_dict, "epoch": 3}`` holds
+               ``model.encoder.rnn``); other values are left out
+torchscript    :mod:`cudnn_rnn.formats.torchscript`: the module tree's tensors and attributes,
+               without running the archive's code (``nn.RNN``'s recorded nonlinearity is used)
+safetensors    the header, checked against the file as
+               :mod:`cudnn_rnn.formats.safetensors` checks it (any ``format`` metadata, e.g.
+               ``safetensors.torch.save_file``'s); only the group's tensors are read
+npz            :mod:`cudnn_rnn.formats.npz`: the ``.npy`` headers, checked; only the group's
+               arrays are read
+=============  ==============================================================================
+
+Content of no known kind goes to the reader its name's extension asks for (``.safetensors``,
+``.npz``, else ``torch.load``), whose error says what is wrong. Listing reads no tensor data
+except for torch.save files, which ``torch.load`` reads whole.
+
+:func:`read_state` and :func:`module_of_state` are the strict reading of a file holding exactly
+one module's state_dict at the top level (what ``cudnn-rnn convert`` reads). Everything raises
+:class:`TorchFileError` (or, for a broken safetensors header,
+:class:`~cudnn_rnn.formats.safetensors.CheckpointError`) naming the file and what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
 import re
 import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from cudnn_rnn import files
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.files import clip, first_line, listed
-from cudnn_rnn.formats.torch_nn import torch_state_shapes
+from cudnn_rnn.formats import npz, torchscript
+from cudnn_rnn.formats import safetensors as st
+from cudnn_rnn.formats.found import FoundRNN
+from cudnn_rnn.formats.torch_state import (
+    StateGroup,
+    TorchFileError,
+    find_groups,
+    found_rnn,
+    plain_mode,
+    select,
+    torch_state_shapes,
+)
 
-__all__ = ["TorchFileError", "module_of_state", "read_state"]
-
-
-class TorchFileError(files.FormatError):
-    """A torch file that is not the readable state_dict of one ``torch.nn`` RNN module."""
+__all__ = [
+    "TorchFileError",
+    "find_rnns",
+    "flatten_state",
+    "module_of_state",
+    "read_group",
+    "read_state",
+    "tensor_shapes",
+]
 
 
 #: The floating dtypes a model's tensors may have (what every converter casts from).
@@ -32,12 +78,23 @@ _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _TORCH_KEY = re.compile(
     r"^(?:weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)_l(\d{1,9})(?:_reverse)?$"
 )
+_MANGLE = re.compile(r"___torch_mangle_\d+\.")
 _GATES_MODE = {4: "lstm", 3: "gru", 1: "rnn_tanh"}
 
 
 def read_state(path: str) -> dict[str, torch.Tensor]:
     """The state_dict in the torch file ``path`` (zip or legacy pickle), names to tensors, on the
     CPU. Only a regular file is opened (:class:`cudnn_rnn.files.NotRegularFile`)."""
+    state = _torch_load(path)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise TorchFileError(f"{path}: not a torch state_dict (a dict of names to tensors).")
+    return state
+
+
+def _torch_load(path: str) -> Any:
+    """What ``torch.load(weights_only=True)`` makes of ``path``, on the CPU."""
     with files.open_regular(path) as f, warnings.catch_warnings():
         # A corrupt file can make torch's unpickler warn on its way to refusing it; the CLI's
         # answer is the one line below, not the warning.
@@ -54,10 +111,6 @@ def read_state(path: str) -> dict[str, torch.Tensor]:
                 f"{path}: not a readable torch file ({type(err).__name__}: "
                 f"{clip(first_line(err))}); save it with torch.save(module.state_dict(), path)."
             ) from err
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
-        raise TorchFileError(f"{path}: not a torch state_dict (a dict of names to tensors).")
     return state
 
 
@@ -155,3 +208,191 @@ def module_of_state(
         module = torch.nn.RNN(nonlinearity=activation, **common)
     module.load_state_dict(state)
     return module
+
+
+# -- every RNN of a file, at any prefix -----------------------------------------------------------
+
+_MAX_NESTING = 32
+
+
+def flatten_state(state: Mapping[Any, Any]) -> dict[str, torch.Tensor]:
+    """The tensors of a state_dict, nested dicts flattened with dots (``{"model": {"rnn.w": t}}``
+    gives ``model.rnn.w``); keys that are no str and values that are neither a tensor nor a
+    dict are left out, as is a dict nested more than 32 deep or met a second time."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+
+    def walk(mapping: Mapping[Any, Any], prefix: str, depth: int) -> None:
+        seen.add(id(mapping))
+        for key, value in mapping.items():
+            if not isinstance(key, str):
+                continue
+            name = f"{prefix}.{key}" if prefix else key
+            if isinstance(value, torch.Tensor):
+                out[name] = value
+            elif isinstance(value, Mapping) and depth < _MAX_NESTING and id(value) not in seen:
+                walk(value, name, depth + 1)
+
+    walk(state, "", 0)
+    return out
+
+
+def dtype_name(tensor: torch.Tensor) -> str:
+    """``"float32"`` for a float32 tensor: the dtype names :mod:`torch_state` compares."""
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+@dataclass
+class _Source:
+    """One file's tensors as a state_dict: their claims, how to read some, what it records."""
+
+    kind: str
+    shapes: dict[str, tuple[tuple[int, ...], str]]
+    read: Callable[[list[str]], dict[str, torch.Tensor]]
+    nonlinearity: Callable[[str], str | None]
+    where: Callable[[StateGroup], str]
+
+
+def _nothing_recorded(prefix: str) -> str | None:
+    return None
+
+
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[_Source]:
+    kind = files.sniff(path)
+    if kind == files.UNKNOWN:
+        kind = {".safetensors": files.SAFETENSORS, ".npz": files.NPZ}.get(
+            Path(path).suffix, files.TORCH_ZIP
+        )
+    if kind in (files.TORCH_ZIP, files.TORCH_PICKLE):
+        loaded = _torch_load(path)
+        if not isinstance(loaded, Mapping):
+            raise TorchFileError(
+                f"{path}: holds a {type(loaded).__name__}, not a state_dict (a dict of names to "
+                "tensors); save module.state_dict() with torch.save."
+            )
+        state = flatten_state(loaded)
+        yield _Source(
+            kind,
+            {n: (tuple(t.shape), dtype_name(t)) for n, t in state.items()},
+            lambda names: {n: state[n] for n in names},
+            _nothing_recorded,
+            lambda g: f"{g.describe()} in the state_dict",
+        )
+    elif kind == files.TORCHSCRIPT:
+        with torchscript.open_archive(path) as archive:
+
+            def where(g: StateGroup) -> str:
+                module = archive.modules.get(g.prefix)
+                # TorchScript mangles a class scripted twice in one process (___torch_mangle_N)
+                qualname = _MANGLE.sub("", module.qualname) if module else ""
+                standard = ("", f"__torch__.torch.nn.modules.rnn.{g.torch_class}")
+                own = "" if qualname in standard else f" (class {qualname})"
+                return f"{g.describe()}{own} in the TorchScript module tree"
+
+            yield _Source(kind, archive.shapes(), archive.read, archive.nonlinearity, where)
+    elif kind == files.SAFETENSORS:
+        with files.open_regular(path) as f:
+            # The header is checked as every safetensors file is; its format metadata is not
+            # ours to check (safetensors.torch.save_file may write {"format": "pt"}).
+            entries, _ = st._read_header(f, Path(path))
+            yield _Source(
+                kind,
+                {n: (e.shape, e.dtype_name) for n, e in entries.items()},
+                lambda names: st._read_tensors(f, Path(path), entries, names),
+                _nothing_recorded,
+                lambda g: f"{g.describe()} in the safetensors tensors",
+            )
+    elif kind == files.NPZ:
+        with npz.open_npz(path) as arrays:
+
+            def read(names: list[str]) -> dict[str, torch.Tensor]:
+                return {n: torch.from_numpy(a) for n, a in arrays.read(names).items()}
+
+            yield _Source(
+                kind,
+                arrays.claims(),
+                read,
+                _nothing_recorded,
+                lambda g: f"{g.describe()} in the .npz arrays",
+            )
+    else:
+        raise TorchFileError(
+            f"{path}: {files.KINDS[kind]}; torch state_dicts are read from torch.save files, "
+            "TorchScript archives, safetensors and .npz files."
+        )
+
+
+def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype name) of every tensor of the torch-style file ``path`` (a torch.save
+    state_dict, a TorchScript archive, safetensors or ``.npz``), as :func:`find_rnns` sees them;
+    a TorchScript archive or ``.npz`` file is listed from its headers, no data read."""
+    with _opened(os.fspath(path)) as source:
+        return dict(source.shapes)
+
+
+def find_rnns(path: str | os.PathLike[str], *, activation: str | None = None) -> list[FoundRNN]:
+    """Every ``torch.nn`` RNN and RNN cell whose state the file ``path`` holds, at any prefix,
+    in the file's order; each record's ``name`` is the prefix that ``from_torch(path,
+    prefix=name)`` takes (``""`` at the top level).
+
+    Sizes come from the shapes; a group whose names or shapes are not those of one module is
+    listed with ``computable=False`` and every problem. A plain ``nn.RNN``/``RNNCell`` shows
+    the nonlinearity the file records (TorchScript), else ``activation`` (``"tanh"``/``"relu"``),
+    else ``rnn_tanh`` with ``details["activation_known"] = False``. ``bias=False`` modules are
+    computable: cuDNN's math with zero biases is theirs.
+    """
+    name = os.fspath(path)
+    with _opened(name) as source:
+        return [
+            found_rnn(
+                g,
+                source.kind,
+                source.where(g),
+                recorded=source.nonlinearity(g.prefix),
+                activation=activation,
+            )
+            for g in find_groups(source.shapes)
+        ]
+
+
+def read_group(
+    path: str | os.PathLike[str],
+    prefix: str | None = None,
+    *,
+    activation: str | None = None,
+    owner: str = "from_torch",
+) -> tuple[StateGroup, str, dict[str, torch.Tensor]]:
+    """``(group, mode, tensors)`` of the RNN at ``prefix`` of the file ``path`` (the only one
+    when None): its checked group, its mode (a plain RNN's from the file's record or
+    ``activation``) and its tensors by the module's own names (``weight_ih_l0``, or a cell's
+    ``weight_ih``), read only after every name, shape and dtype was checked.
+    """
+    name = os.fspath(path)
+    with _opened(name) as source:
+        groups = find_groups(source.shapes)
+        group = select(groups, prefix, name, owner, TorchFileError)
+        if group.problems:
+            raise TorchFileError(
+                f"{owner}: {name}: {source.where(group)} is not the state of one such module: "
+                f"{listed(list(group.problems), 6)}."
+            )
+        mode = group.mode
+        if mode is None:
+            try:
+                mode, known = plain_mode(
+                    source.nonlinearity(group.prefix),
+                    activation,
+                    f"{name}: {group.describe()}",
+                    owner,
+                )
+            except ValueError as err:
+                raise TorchFileError(str(err)) from None
+            if not known:
+                raise TorchFileError(
+                    f"{owner}: {name}: {group.describe()} is a torch.nn.{group.torch_class}, "
+                    "whose state_dict does not say tanh or relu; pass activation='tanh' or "
+                    "activation='relu'."
+                )
+        tensors = source.read(list(group.members.values()))
+        return group, mode, {own: tensors[key] for own, key in group.members.items()}

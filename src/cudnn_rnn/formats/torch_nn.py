@@ -1,4 +1,5 @@
-"""``torch.nn.LSTM`` / ``GRU`` / ``RNN`` <-> our layers, lossless both ways.
+"""``torch.nn.LSTM`` / ``GRU`` / ``RNN`` (and their cells, and their state_dicts in files) <->
+our layers, lossless both ways.
 
 torch.nn computes cuDNN's math (it hands its weights to cuDNN on a GPU): the same gate order
 (LSTM i, f, g(=c), o; GRU r, z(=u), n(=h)), two biases per gate (``bias_ih`` = cuDNN's ``bW``,
@@ -26,6 +27,18 @@ exact counterpart:
 Weights do not depend on ``batch_first``: a ``batch_first=True`` module converts like any other,
 and the caller runs our layer with ``time_major=False``.
 
+:func:`from_torch` also takes an ``nn.LSTMCell``/``GRUCell``/``RNNCell``: a cell is one
+unidirectional layer, and one step of it is our layer over ``T = 1``::
+
+    h1, c1 = cell(x, (h0, c0))                                  # x [B, I], h0, c0 [B, H]
+    y, (h, c) = layer(x[None], (h0[None], c0[None]))            # y[0] == h[0] == h1, c[0] == c1
+
+(and over ``T`` steps it is the cell stepped ``T`` times, ``y[t]`` the ``h`` after step ``t``).
+It takes a state_dict (at any prefix, ``prefix=`` picking one of several) and a file's path:
+torch.save files, TorchScript archives (read without running their code), and safetensors or
+``.npz`` files of torch names; :func:`cudnn_rnn.formats.torch_file.find_rnns` lists what a file
+holds.
+
 >>> import torch
 >>> from cudnn_rnn import CudnnGRU
 >>> layer = CudnnGRU(2, 4, input_size=3, direction="bidirectional", dtype=torch.float64)
@@ -42,6 +55,7 @@ True
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,17 +72,20 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_TANH,
     CUDNN_RNN_UNIDIRECTION,
 )
-from cudnn_rnn.core.layout import (
-    INPUT,
-    INPUT_BIAS,
-    PROJECTION,
-    RECURRENT,
-    RECURRENT_BIAS,
-    layout_of,
-)
+from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
+from cudnn_rnn.files import listed, quote
+from cudnn_rnn.formats import torch_file
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.gate_blocks import BlockKey, stack_gates, unstack_gates
+from cudnn_rnn.formats.torch_state import (
+    TORCH_NAMES,
+    find_groups,
+    plain_mode,
+    select,
+    torch_name,
+    torch_state_shapes,
+)
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 
 __all__ = [
@@ -103,42 +120,6 @@ TORCH_MODES: dict[str, TorchMode] = {
     CUDNN_RNN_RELU: TorchMode(nn.RNN, "RNN_RELU", {"nonlinearity": "relu"}),
 }
 _MODE_OF_TORCH = {m.torch_mode: mode for mode, m in TORCH_MODES.items()}
-
-#: Layout kind -> the torch.nn parameter name stem.
-TORCH_NAMES: dict[str, str] = {
-    INPUT: "weight_ih",
-    RECURRENT: "weight_hh",
-    PROJECTION: "weight_hr",
-    INPUT_BIAS: "bias_ih",
-    RECURRENT_BIAS: "bias_hh",
-}
-
-
-def _torch_name(key: BlockKey) -> str:
-    layer, direction, kind = key
-    return f"{TORCH_NAMES[kind]}_l{layer}{'_reverse' if direction else ''}"
-
-
-def torch_state_shapes(spec: RNNSpec, *, bias: bool = True) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every parameter of the ``torch.nn`` module computing ``spec`` (without
-    ``bias_*`` for ``bias=False``), from the layout table's stacked blocks; nothing is built.
-
-    >>> spec = RNNSpec("lstm", 1, 4, 3, num_proj=2)
-    >>> torch_state_shapes(spec)  # doctest: +NORMALIZE_WHITESPACE
-    {'weight_ih_l0': (16, 3), 'weight_hh_l0': (16, 2), 'bias_ih_l0': (16,), 'bias_hh_l0': (16,),
-     'weight_hr_l0': (2, 4)}
-    """
-    shapes: dict[str, tuple[int, ...]] = {}
-    for p, fused in enumerate(layout_of(spec).fused):
-        layer, direction = divmod(p, spec.num_dirs)
-        blocks = [(INPUT, fused.w_ih), (RECURRENT, fused.w_hh)]
-        blocks += [(INPUT_BIAS, fused.b_ih), (RECURRENT_BIAS, fused.b_hh)] if bias else []
-        blocks += [(PROJECTION, fused.w_hr)]
-        for kind, block in blocks:
-            if block is not None:
-                shapes[_torch_name((layer, direction, kind))] = block.shape
-    return shapes
-
 
 # -- the converters ------------------------------------------------------------------------------
 
@@ -179,7 +160,7 @@ def to_torch(layer: _CudnnRNN) -> nn.RNNBase:
         **kind.kwargs,
         **kwargs,
     ).to_empty(device=layer.opaque_kernel.device)
-    blocks = {_torch_name(k): v for k, v in stack_gates(spec, weights, biases, "torch").items()}
+    blocks = {torch_name(*k): v for k, v in stack_gates(spec, weights, biases, "torch").items()}
     names = {name for name, _ in module.named_parameters()}
     if names != set(blocks):  # pragma: no cover - the layout and torch agree by construction
         raise AssertionError(f"to_torch: parameters {sorted(names ^ set(blocks))} do not match")
@@ -190,42 +171,183 @@ def to_torch(layer: _CudnnRNN) -> nn.RNNBase:
     return module
 
 
-def from_torch(module: nn.RNNBase, *, input_mode: str = CUDNN_INPUT_LINEAR_MODE) -> _CudnnRNN:
-    """Our layer (``CudnnLSTM``/``CudnnGRU``/``CudnnRNNTanh``/``CudnnRNNRelu``) computing exactly
-    what a ``torch.nn.LSTM``/``GRU``/``RNN`` computes.
+#: The torch.nn cells -> our mode (RNNCell: by its nonlinearity).
+_CELL_MODES: tuple[tuple[type[nn.RNNCellBase], str | None], ...] = (
+    (nn.LSTMCell, CUDNN_LSTM),
+    (nn.GRUCell, CUDNN_GRU),
+    (nn.RNNCell, None),
+)
+_RNN_TYPES = (nn.RNNBase, nn.RNNCellBase)
 
-    Input size, hidden size, layers, direction, ``proj_size`` (as ``num_proj``), dropout, dtype,
-    device and train/eval mode are carried over; both biases are kept as they are (``bias=False``
-    gives zero biases). For a ``batch_first=True`` module call the layer with
-    ``time_major=False``. ``input_mode="skip_input"`` (or ``"auto_select"``) takes back a module
-    whose ``weight_ih_l0`` is identity matrices, as :func:`to_torch` writes for skip_input layers;
-    a ValueError says so if it is not.
+
+def from_torch(
+    source: nn.Module | Mapping[str, Any] | str | os.PathLike[str],
+    prefix: str | None = None,
+    *,
+    activation: str | None = None,
+    input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+) -> _CudnnRNN:
+    """Our layer (``CudnnLSTM``/``CudnnGRU``/``CudnnRNNTanh``/``CudnnRNNRelu``) computing exactly
+    what a torch.nn RNN computes, given as any of:
+
+    * a ``torch.nn.LSTM``/``GRU``/``RNN``: input size, hidden size, layers, direction,
+      ``proj_size`` (as ``num_proj``), dropout, dtype, device and train/eval mode are carried over;
+    * a ``torch.nn.LSTMCell``/``GRUCell``/``RNNCell``: one unidirectional layer, whose run over
+      ``T`` steps is the cell stepped ``T`` times (one step: ``T = 1``; see the module);
+    * a module holding one of those (``prefix`` names it, e.g. ``"encoder.rnn"``, when it holds
+      several);
+    * a state_dict (nested dicts flattened with dots), whose RNN or cell sits at ``prefix``
+      (``""`` for the top level; needed when it holds several);
+    * the path of a file holding one: a torch.save file, a TorchScript archive (read without
+      running its code), or a safetensors or ``.npz`` file of torch names
+      (:func:`cudnn_rnn.formats.torch_file.find_rnns` lists them).
+
+    Both biases are kept as they are (``bias=False`` gives zero biases: the same math). A plain
+    RNN's tanh or relu comes from the module or what a file records (TorchScript); a state_dict
+    does not say it, so ``activation="tanh"``/``"relu"`` must; a contradiction is refused.
+    Layers from a state_dict or file are in train mode with no dropout (neither is in a
+    state_dict), on the tensors' device and dtype. For a ``batch_first=True`` module call the
+    layer with ``time_major=False``. ``input_mode="skip_input"`` (or ``"auto_select"``) takes
+    back a module whose ``weight_ih_l0`` is identity matrices, as :func:`to_torch` writes for
+    skip_input layers; a ValueError says so if it is not.
+
+    Raises TypeError for another kind of source, ValueError for a choice that is missing or does
+    not exist (the message lists what there is) or tensors that are not one module's state (a
+    :class:`~cudnn_rnn.formats.torch_state.TorchFileError` for a file).
     """
     owner = "from_torch"
-    if not isinstance(module, nn.RNNBase) or module.mode not in _MODE_OF_TORCH:
-        raise TypeError(
-            f"{owner}: expected a torch.nn.LSTM, GRU or RNN module, got {type(module).__name__}."
-        )
     input_mode = check_input_mode(owner, input_mode)
-    mode = _MODE_OF_TORCH[module.mode]
-    spec = RNNSpec(
-        mode,
-        module.num_layers,
-        module.hidden_size,
-        module.input_size,
-        input_mode,
-        CUDNN_RNN_BIDIRECTION if module.bidirectional else CUDNN_RNN_UNIDIRECTION,
-        module.proj_size or None,
-        float(module.dropout),
-        owner=owner,
+    if isinstance(source, nn.Module):
+        module = source if isinstance(source, _RNN_TYPES) else _submodule(source, prefix, owner)
+        if module is source and prefix not in (None, ""):
+            raise ValueError(
+                f"{owner}: prefix={quote(prefix)} picks an RNN inside a module or a state_dict; "
+                f"{type(source).__name__} is one itself, so leave prefix out."
+            )
+        return _from_module(module, activation, input_mode, owner)
+    if isinstance(source, (str, os.PathLike)):
+        group, mode, tensors = torch_file.read_group(
+            source, prefix, activation=activation, owner=owner
+        )
+        return _from_tensors(group.spec(mode, input_mode, owner), tensors, group.cell, owner)
+    if isinstance(source, Mapping):
+        return _from_state(source, prefix, activation, input_mode, owner)
+    raise TypeError(
+        f"{owner}: expected a torch.nn.LSTM, GRU, RNN, LSTMCell, GRUCell or RNNCell, a module "
+        f"holding one, a state_dict or a file's path, got {type(source).__name__}."
     )
-    ref = module.get_parameter("weight_hh_l0")
-    keys = {
-        (p.layer, p.direction, p.kind) for p in layout_of(spec).weights + layout_of(spec).biases
-    }
+
+
+def _submodule(module: nn.Module, prefix: str | None, owner: str) -> nn.Module:
+    """The RNN or cell at ``prefix`` of ``module`` (the only one when None)."""
+    found = {n: m for n, m in module.named_modules() if isinstance(m, _RNN_TYPES)}
+    names = listed([quote(n) for n in found], 8)
+    if prefix is None:
+        if len(found) == 1:
+            return next(iter(found.values()))
+        raise ValueError(
+            f"{owner}: {type(module).__name__} holds "
+            + (
+                f"{len(found)} RNNs ({names}); pick one with prefix=NAME."
+                if found
+                else "no torch.nn LSTM, GRU, RNN or RNN cell."
+            )
+        )
+    if prefix not in found:
+        there = f"it holds {names}" if found else "it holds none"
+        raise ValueError(
+            f"{owner}: {type(module).__name__} has no RNN or RNN cell at prefix {quote(prefix)}; "
+            f"{there}."
+        )
+    return found[prefix]
+
+
+def _from_module(
+    module: nn.Module, activation: str | None, input_mode: str, owner: str
+) -> _CudnnRNN:
+    """The layer of a live ``nn.LSTM``/``GRU``/``RNN`` or cell."""
+    what = type(module).__name__
+    if isinstance(module, nn.RNNCellBase):
+        mode = next((m for cls, m in _CELL_MODES if isinstance(module, cls)), "")
+        if mode == "":
+            raise TypeError(
+                f"{owner}: expected a torch.nn.LSTMCell, GRUCell or RNNCell, got {what}."
+            )
+        if mode is None:
+            recorded = getattr(module, "nonlinearity", None)
+            mode = plain_mode(
+                recorded if isinstance(recorded, str) else None, activation, what, owner
+            )[0]
+        spec = RNNSpec(mode, 1, module.hidden_size, module.input_size, input_mode, owner=owner)
+        cell = True
+    elif isinstance(module, nn.RNNBase) and module.mode in _MODE_OF_TORCH:
+        mode = _MODE_OF_TORCH[module.mode]
+        if mode in (CUDNN_RNN_TANH, CUDNN_RNN_RELU):
+            mode = plain_mode(mode.removeprefix("rnn_"), activation, what, owner)[0]
+        spec = RNNSpec(
+            mode,
+            module.num_layers,
+            module.hidden_size,
+            module.input_size,
+            input_mode,
+            CUDNN_RNN_BIDIRECTION if module.bidirectional else CUDNN_RNN_UNIDIRECTION,
+            module.proj_size or None,
+            float(module.dropout),
+            owner=owner,
+        )
+        cell = False
+    else:
+        raise TypeError(
+            f"{owner}: expected a torch.nn.LSTM, GRU, RNN, LSTMCell, GRUCell or RNNCell, got "
+            f"{what} (mode {quote(getattr(module, 'mode', None))})."
+        )
+    tensors = {name: p.detach() for name, p in module.named_parameters()}
+    layer = _from_tensors(spec, tensors, cell, owner)
+    layer.train(module.training)
+    return layer
+
+
+def _from_state(
+    state: Mapping[str, Any],
+    prefix: str | None,
+    activation: str | None,
+    input_mode: str,
+    owner: str,
+) -> _CudnnRNN:
+    """The layer of the RNN at ``prefix`` of a state_dict, checked like a file's."""
+    flat = torch_file.flatten_state(state)
+    shapes = {n: (tuple(t.shape), torch_file.dtype_name(t)) for n, t in flat.items()}
+    group = select(find_groups(shapes), prefix, "the state_dict", owner)
+    if group.problems:
+        raise ValueError(
+            f"{owner}: {group.describe()} is not the state of one such module: "
+            f"{listed(list(group.problems), 6)}."
+        )
+    mode = group.mode
+    if mode is None:
+        mode, known = plain_mode(None, activation, group.describe(), owner)
+        if not known:
+            raise ValueError(
+                f"{owner}: {group.describe()} is a torch.nn.{group.torch_class}, whose "
+                "state_dict does not say tanh or relu; pass activation='tanh' or "
+                "activation='relu'."
+            )
+    tensors = {own: flat[key] for own, key in group.members.items()}
+    return _from_tensors(group.spec(mode, input_mode, owner), tensors, group.cell, owner)
+
+
+def _from_tensors(
+    spec: RNNSpec, tensors: Mapping[str, Tensor], cell: bool, owner: str
+) -> _CudnnRNN:
+    """A layer of ``spec`` from a module's tensors by its own names (``weight_ih_l0``, or a
+    cell's ``weight_ih``; biases absent: zeros), on the device and dtype of ``weight_hh``."""
+    ref = tensors[torch_name(0, 0, "recurrent", cell=cell)]
     blocks: dict[BlockKey, Tensor] = {}
-    for key in keys:
-        value = getattr(module, _torch_name(key), None)
+    for p in (*layout_of(spec).weights, *layout_of(spec).biases):
+        key = (p.layer, p.direction, p.kind)
+        if key in blocks:
+            continue
+        value = tensors.get(torch_name(*key, cell=cell))
         # bias=False: torch adds no bias at all, which is a zero bias here.
         blocks[key] = (
             value.detach()
@@ -233,8 +355,6 @@ def from_torch(module: nn.RNNBase, *, input_mode: str = CUDNN_INPUT_LINEAR_MODE)
             else torch.zeros(ref.shape[0], dtype=ref.dtype, device=ref.device)
         )
     weights, biases = unstack_gates(spec, blocks, "torch")
-    layer = layer_from_canonical(
+    return layer_from_canonical(
         spec, weights, biases, dtype=ref.dtype, device=ref.device, owner=owner
     )
-    layer.train(module.training)
-    return layer

@@ -1,0 +1,286 @@
+"""NumPy ``.npz`` archives (``np.savez``, ``np.savez_compressed``): checked reading, and the
+documented way in for NumPy arrays, canonical weights.
+
+An archive is a zip of ``NAME.npy`` members. :func:`open_npz` checks every member's entry and
+``.npy`` header against the file before anything is read: the entry's bytes lie inside the file
+(stored, or deflated with a size deflate can reach from them), its header is a version 1 or 2
+header that NumPy's own parser accepts (at most 10000 bytes), and the header plus the claimed
+shape's bytes are exactly the member's size. Listing (:meth:`NpzFile.claims`) reads headers
+only; :meth:`NpzFile.read` reads the arrays asked for from their checked bytes (never a pickle:
+object arrays are refused), each into a contiguous native-endian array.
+
+Two kinds of ``.npz`` describe an RNN:
+
+* **torch names**, as ``np.savez(path, **{k: v.numpy() for k, v in module.state_dict().items()})``
+  writes them: listed by :func:`cudnn_rnn.formats.torch_file.find_rnns` and loaded by
+  ``from_torch(path, prefix=...)`` like a torch.save file.
+* **canonical weights**, as ``np.savez(path, *weights, *biases)`` writes the ``(weights,
+  biases)`` that ``params_to_canonical`` returns (ours, or TF1's ``CudnnLSTM``'s, in the same
+  order): the members ``arr_0 .. arr_{N-1}`` hold no names, so :func:`from_numpy_canonical`
+  takes the model's configuration from the caller and checks every array against it.
+
+Errors are :class:`~cudnn_rnn.formats.torch_state.TorchFileError` (a ``ValueError``) naming the
+file.
+
+>>> import os, tempfile, numpy as np, torch
+>>> from cudnn_rnn import CudnnGRU, ops
+>>> gru = CudnnGRU(1, 4, input_size=3, dtype=torch.float64)
+>>> op = ops.CudnnGRU(1, 4, 3, dtype=torch.float64)
+>>> weights, biases = op.params_to_canonical(gru.opaque_kernel.detach())
+>>> path = os.path.join(tempfile.mkdtemp(), "gru.npz")
+>>> np.savez(path, *[t.numpy() for t in weights + biases])
+>>> back = from_numpy_canonical(path, "gru", 1, 4, 3)
+>>> torch.equal(back.opaque_kernel, gru.opaque_kernel)
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.lib import format as npy_format
+
+from cudnn_rnn.core.constants import CUDNN_INPUT_LINEAR_MODE, CUDNN_RNN_UNIDIRECTION
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.files import clip, first_line, listed, quote
+from cudnn_rnn.formats.canonical import layer_from_canonical
+from cudnn_rnn.formats.torch_state import TorchFileError, open_zip
+from cudnn_rnn.layers import _CudnnRNN
+
+__all__ = ["NpzFile", "from_numpy_canonical", "open_npz"]
+
+_MAX_HEADER = 10_000
+_MAX_DIMS = 64
+#: deflate turns at most 1032 bytes into one of its output (a run of 258 from 2 bits); a larger
+#: claim cannot be true of a deflated member's bytes.
+_DEFLATE_RATIO = 1032
+_TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class _Member:
+    info: zipfile.ZipInfo
+    start: int  # where the data begins in the member (after the .npy header)
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fortran: bool
+
+
+class NpzFile:
+    """An open ``.npz`` archive whose members' entries and headers were checked."""
+
+    def __init__(self, path: str, archive: zipfile.ZipFile, members: dict[str, _Member]) -> None:
+        self.path = path
+        self._zip = archive
+        self._members = members
+
+    def claims(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Array name (the member's, without ``.npy``) -> (shape, dtype name); nothing read."""
+        return {n: (m.shape, m.dtype.name) for n, m in self._members.items()}
+
+    def read(self, names: Iterable[str]) -> dict[str, np.ndarray[Any, Any]]:
+        """The arrays ``names`` (keys of :meth:`claims`), each contiguous and native-endian."""
+        out = {}
+        for name in names:
+            m = self._members[name]
+            if m.dtype.hasobject or m.dtype.kind not in "biufc":
+                raise TorchFileError(
+                    f"{self.path}: array {quote(name)} has dtype {m.dtype.name}, not a number; "
+                    "it is not read."
+                )
+            try:
+                with self._zip.open(m.info) as member:
+                    raw = member.read(m.info.file_size + 1)
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
+                raise TorchFileError(
+                    f"{self.path}: array {quote(name)} cannot be read ({type(err).__name__}: "
+                    f"{clip(first_line(err))}); the archive is corrupt."
+                ) from err
+            if len(raw) != m.info.file_size:
+                raise TorchFileError(f"{self.path}: array {quote(name)} is not the size it claims.")
+            flat = np.frombuffer(raw, dtype=m.dtype, offset=m.start)
+            array = flat.reshape(m.shape, order="F" if m.fortran else "C")
+            out[name] = np.array(array, dtype=m.dtype.newbyteorder("="), order="C")  # a copy
+        return out
+
+
+@contextlib.contextmanager
+def open_npz(path: str | os.PathLike[str]) -> Iterator[NpzFile]:
+    """The ``.npz`` archive ``path``, every member checked as the module says
+    (:class:`~cudnn_rnn.formats.torch_state.TorchFileError` otherwise); closed when the block
+    ends. Only a regular file is opened."""
+    name = os.fspath(path)
+    with open_zip(name, "an .npz archive is what np.savez writes") as (archive, size):
+        members = {}
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                raise TorchFileError(
+                    f"{name}: member {quote(info.filename)} is no .npy array; not an .npz "
+                    "archive as np.savez writes it."
+                )
+            members[info.filename.removesuffix(".npy")] = _checked(name, archive, info, size)
+        yield NpzFile(name, archive, members)
+
+
+def _checked(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> _Member:
+    """One member's entry and .npy header, checked against the file."""
+
+    def bad(why: str) -> TorchFileError:
+        return TorchFileError(f"{path}: member {quote(info.filename)} {why}.")
+
+    stored = info.compress_type == zipfile.ZIP_STORED
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise bad(f"uses compression {info.compress_type}; np.savez stores or deflates")
+    if info.header_offset + info.compress_size > size or (
+        info.file_size != info.compress_size
+        if stored
+        else info.file_size > _DEFLATE_RATIO * info.compress_size + 1024
+    ):
+        raise bad(
+            f"claims {info.file_size} bytes ({info.compress_size} in the file from offset "
+            f"{info.header_offset}), which a file of {size} bytes cannot hold"
+        )
+    try:
+        with archive.open(info) as member:
+            version = npy_format.read_magic(member)
+            if version == (1, 0):
+                shape, fortran, dtype = npy_format.read_array_header_1_0(member, _MAX_HEADER)
+            elif version == (2, 0):
+                shape, fortran, dtype = npy_format.read_array_header_2_0(member, _MAX_HEADER)
+            else:
+                raise bad(
+                    f"is .npy version {version[0]}.{version[1]}; versions 1.0 and 2.0 are read"
+                )
+            start = member.tell()
+    except TorchFileError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
+        raise bad(f"has no readable .npy header ({clip(first_line(err))})") from err
+    if len(shape) > _MAX_DIMS or any(type(d) is not int or d < 0 for d in shape):
+        raise bad(f"has shape {quote(shape)}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if start + nbytes != info.file_size:
+        raise bad(
+            f"of shape {list(shape)} and dtype {dtype.name} needs {start + nbytes} bytes, but "
+            f"holds {info.file_size}"
+        )
+    return _Member(info, start, tuple(shape), dtype, bool(fortran))
+
+
+# -- canonical weights ----------------------------------------------------------------------
+
+
+def from_numpy_canonical(
+    source: str | os.PathLike[str] | Sequence[Any],
+    mode: str,
+    num_layers: int,
+    num_units: int,
+    input_size: int,
+    *,
+    direction: str = CUDNN_RNN_UNIDIRECTION,
+    input_mode: str = CUDNN_INPUT_LINEAR_MODE,
+    num_proj: int | None = None,
+    dtype: torch.dtype | None = None,
+) -> _CudnnRNN:
+    """Our layer (on the CPU) holding canonical weights given as NumPy arrays.
+
+    ``source`` is the path of an ``.npz`` archive that ``np.savez(path, *weights, *biases)``
+    wrote (members ``arr_0 .. arr_{N-1}``), or the arrays themselves (NumPy arrays or tensors),
+    ``[*weights, *biases]``, in the canonical order of ``params_to_canonical`` (docs/api.md):
+    per layer and direction the ``G`` input matrices ``[H, in]``, the ``G`` recurrent matrices
+    ``[H, P or H]`` and the projection ``[P, H]``, then every bias ``[H]`` (``G`` input biases,
+    ``G`` recurrent biases a layer-direction). The configuration is the layer constructor's;
+    every array's count and shape is checked against it, all problems in one error (for a file,
+    before any array is read). ``dtype`` defaults to the arrays' (float16, float32 or float64).
+    Under ``skip_input`` layer 0's input matrices must be identity matrices, as
+    ``params_to_canonical`` returns them.
+    """
+    owner = "from_numpy_canonical"
+    spec = RNNSpec(
+        mode,
+        num_layers,
+        num_units,
+        input_size,
+        input_mode,
+        direction,
+        num_proj,
+        owner=owner,
+    )
+    layout = layout_of(spec)
+    table = [*layout.weights, *layout.biases]
+    names = [f"arr_{i}" for i in range(len(table))]
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        with open_npz(path) as npz:
+            claims = npz.claims()
+            problems = [f"missing {n}" for n in names if n not in claims]
+            problems += [f"unexpected {quote(n)}" for n in claims if n not in names]
+            problems += _shape_problems(
+                [(n, claims[n][0], claims[n][1]) for n in names if n in claims], table
+            )
+            if problems:
+                raise TorchFileError(
+                    f"{path}: not the {len(table)} canonical arrays of {_what(spec)} "
+                    f"(np.savez(path, *weights, *biases)): {listed(problems, 6)}."
+                )
+            arrays: list[Any] = list(npz.read(names).values())
+    else:
+        if isinstance(source, (np.ndarray, torch.Tensor)) or not isinstance(source, Sequence):
+            raise TypeError(
+                f"{owner}: expected a path or a sequence of arrays [*weights, *biases], got "
+                f"{type(source).__name__}."
+            )
+        # np.array copies: the layer never shares memory with the caller's arrays.
+        arrays = [a if isinstance(a, torch.Tensor) else np.array(a) for a in source]
+        problems = [] if len(arrays) == len(table) else [f"{len(arrays)} arrays given"]
+        problems += _shape_problems(
+            [
+                (f"#{i}", tuple(a.shape), str(a.dtype).removeprefix("torch."))
+                for i, a in enumerate(arrays)
+            ],
+            table,
+        )
+        if problems:
+            raise ValueError(
+                f"{owner}: not the {len(table)} canonical arrays of {_what(spec)}: "
+                f"{listed(problems, 6)}."
+            )
+    tensors = [a if isinstance(a, torch.Tensor) else torch.from_numpy(a) for a in arrays]
+    if dtype is None:
+        dtype = tensors[0].dtype
+    if dtype not in (*_TORCH_DTYPES.values(), torch.bfloat16):
+        raise ValueError(f"{owner}: dtype must be a floating dtype, got {dtype}.")
+    nw = len(layout.weights)
+    return layer_from_canonical(
+        spec, tensors[:nw], tensors[nw:], dtype=dtype, device=torch.device("cpu"), owner=owner
+    )
+
+
+def _what(spec: RNNSpec) -> str:
+    proj = f", num_proj={spec.num_proj}" if spec.num_proj else ""
+    return (
+        f"a {spec.num_layers}-layer {spec.direction} {spec.mode} of {spec.num_units} units on "
+        f"inputs of {spec.input_size}{proj}"
+    )
+
+
+def _shape_problems(
+    given: list[tuple[str, tuple[int, ...], str]], table: Sequence[Any]
+) -> list[str]:
+    """What is wrong with each (name, shape, dtype name) against the layout's tensors."""
+    problems = []
+    for (name, shape, dtype), p in zip(given, table):
+        if tuple(shape) != p.shape:
+            problems.append(f"{name} has shape {list(shape)}, expected {list(p.shape)}")
+        if dtype not in (*_TORCH_DTYPES, "bfloat16"):
+            problems.append(f"{name} has dtype {dtype}, not float16, float32 or float64")
+    return problems
