@@ -226,14 +226,17 @@ def test_dropout_is_cudnns_own_seeded_per_call(standin: StandIn) -> None:
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
 def test_a_second_backward_through_one_call_makes_a_fresh_reserve(
-    standin: StandIn, dropout: float
+    standin: StandIn, dropout: float, mode: str
 ) -> None:
     """cuDNN's backward writes into its reserve (the stand-in refuses a used one): a second
     backward (retain_graph, gradcheck) runs the forward again for a fresh reserve, with the same
     dropout masks, and gives the same gradients."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
     torch.manual_seed(0)
-    layer = CudnnLSTM(2, 3, dropout=dropout, dtype=F64)
+    layer = LAYER_CLASSES[mode](2, 3, dropout=dropout, dtype=F64)
     x = torch.randn(4, 2, 2, dtype=F64, requires_grad=True)
     out, _ = layer(x, sequence_lengths=[4, 3])
     first = torch.autograd.grad(out.sum(), [layer.opaque_kernel, x], retain_graph=True)

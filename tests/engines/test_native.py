@@ -498,3 +498,70 @@ def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
     with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
         bad = {**good, "rows": 2}
         native._call("cr_forward", native._ForwardArgs(**bad, rowmap=keep["good"].data_ptr()))
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_a_second_backward_through_one_call_gives_the_same_gradients(
+    mode: str, dropout: float, count_native: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backward writes the gates' gradients over the gates it kept (no second buffer of
+    that size). A second backward through the same call (retain_graph) finds them used and runs
+    the forward again: the same gradients, bit for bit; without dropout also those of a fresh
+    call, and within float32 rounding of the loop engine's."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    torch.manual_seed(7)
+    layer = LAYER_CLASSES[mode](2, 16, direction="bidirectional", input_size=5, dropout=dropout)
+    x = torch.randn(8, 3, 5, requires_grad=True)
+    lengths = torch.tensor([8, 5, 2])
+    leaves = [x, *layer.parameters()]
+
+    def call() -> torch.Tensor:
+        out: torch.Tensor = layer(x, sequence_lengths=lengths, training=True)[0]
+        return (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum()
+
+    loss = call()
+    first = torch.autograd.grad(loss, leaves, retain_graph=True)
+    second = torch.autograd.grad(loss, leaves)
+    assert count_native == ["forward", "forward"]  # the call, then again for the second
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    if dropout:
+        return  # a fresh call draws other masks
+    fresh = torch.autograd.grad(call(), leaves)
+    for a, c in zip(first, fresh):
+        assert torch.equal(a, c)
+    monkeypatch.setattr(native, "available", lambda: False)  # the rule table's next engine
+    theirs = torch.autograd.grad(call(), leaves)
+    assert count_native[3:] == []  # the loop engine ran it
+    for a, b in zip(first, theirs):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_same_bits_on_up_to_sixteen_threads(mode: str) -> None:
+    """Nothing assumes two threads (team size, scratch per thread, row blocks): 256 units give
+    16 slices of 16 at AVX-512, and 1, 4, 8 and 16 threads give the bits of one, forward and
+    backward (threads beyond the cores only share them)."""
+    g = torch.Generator().manual_seed(2)
+    units, batch, steps = 256, 3, 4
+    spec = RNNSpec(mode, 1, units, 8, "linear_input", "bidirectional")
+    layout = layout_of(spec)
+    params = torch.randn(layout.size, generator=g) / units**0.5
+    x = torch.randn(steps, batch, 8, generator=g)
+    h0 = torch.randn(2, batch, units, generator=g)
+    c0 = torch.randn(2, batch, units, generator=g) if mode == "lstm" else None
+    problem = (layout, params, x, h0, c0, torch.tensor([4, 1, 3]))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        reference = _run(native, problem)
+        for n in (4, 8, 16):
+            torch.set_num_threads(n)
+            result = _run(native, problem)
+            assert all(torch.equal(a, b) for a, b in zip(reference, result)), n
+    finally:
+        torch.set_num_threads(threads)

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 6
+#define CR_ABI_VERSION 7
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -77,7 +77,10 @@ typedef struct {
     const float *dy;
     int64_t dy_st, dy_sb;
     const float *dhy, *dcy;  /* NULL: zero */
-    float *dgi, *dghn;       /* [T, B, G*H], [T, B, H] (the GRU) */
+    /* [T, B, G*H], [T, B, H] (the GRU). They may be `gates` and `extra` themselves (ABI 7):
+     * each step reads a row's gates and ghn before it writes that row's dgi and dghn, and
+     * never reads the row again. */
+    float *dgi, *dghn;
     float *dh0, *dc0;
 } cr_backward_args;
 

@@ -163,8 +163,11 @@ def weight_grads(
     h_prev: Tensor,
     dgi: Tensor,
     dghn: Tensor | None,
+    into: Tensor | None = None,
 ) -> Tensor:
-    """One direction's weight gradients into ``gw`` as GEMMs over all steps; returns ``du``.
+    """One direction's weight gradients into ``gw`` as GEMMs over all steps; returns ``du``
+    (added to ``into``, a contiguous ``[T, B, in]``, where given: the other direction's, which
+    then needs no second buffer).
 
     ``dgi [T, B, G*H]`` is the gradient of the gates' pre-activations, ``h_prev [T, B, Hout]``
     the state each step started from and ``u [T, B, in]`` the direction's input, all three in
@@ -187,7 +190,11 @@ def weight_grads(
         torch.sum(flat_gi, dim=0, out=gw.bw)
         gw.br.copy_(gw.bw)
     if gw.w is None:  # skip_input: the input was added to every gate
-        return dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
+        du = dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
+        return du if into is None else into.add_(du)
     assert wt.w is not None
     torch.mm(flat_gi.t(), u.reshape(rows, -1), out=gw.w)
-    return (flat_gi @ wt.w).view(dgi.shape[0], dgi.shape[1], -1)
+    if into is None:
+        return (flat_gi @ wt.w).view(dgi.shape[0], dgi.shape[1], -1)
+    into.view(rows, -1).addmm_(flat_gi, wt.w)
+    return into

@@ -14,7 +14,11 @@ the other engines (see :mod:`cudnn_rnn.engines`).
 Workspace: the layout of :func:`~cudnn_rnn.engines.common.split_workspace` in the *input's*
 time order for both directions (the reverse direction writes step ``s`` of row ``b`` at the time
 it read), ``hseq`` holding the state each step *started from*, so the weight-gradient GEMMs
-pair rows without reordering anything.
+pair rows without reordering anything; plus one last element, 0 until a backward has used it.
+A layer below the last writes its output straight into its slot as the next layer's input.
+The backward writes the gates' gradients over the gates (and the GRU's ``dghn`` over ``ghn``),
+so it needs no second buffer of that size; a second backward through the same call
+(``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
 depend on the number of threads, and repeat exactly; the torch GEMMs around them are torch's
@@ -35,6 +39,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -42,7 +47,7 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.base import Call, Inputs, Outputs
+from cudnn_rnn.engines.base import NOTHING, Call, Inputs, Kept, Outputs
 from cudnn_rnn.engines.common import (
     WorkspaceEngine,
     pseudo_layers,
@@ -69,7 +74,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 6
+ABI_VERSION = 7
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -358,7 +363,9 @@ def forward(
     h0 = boundary(h0, "h0", states)
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
-    ws = x.new_empty(workspace_numel(spec, steps, batch) if need_grad else 0)
+    ws = x.new_empty(_workspace_numel(spec, steps, batch) if need_grad else 0)
+    if need_grad:
+        ws[-1] = 0.0  # not used by a backward yet
     saved, inputs = split_workspace(ws, spec, steps, batch) if need_grad else ([], [])
     hn = torch.empty_like(h0)
     cn = torch.empty_like(c0) if c0 is not None else None
@@ -373,13 +380,16 @@ def forward(
     args.rows = 0 if valid is None else int(valid[0].numel())
     layer_input = x
     for layer in range(spec.num_layers):
-        if layer > 0 and masks is not None:
-            layer_input = layer_input * masks[layer - 1]
-        if layer > 0 and need_grad:
-            inputs[layer - 1].copy_(layer_input)
+        if layer > 0 and masks is not None:  # in place where it is the workspace's copy
+            mask = masks[layer - 1]
+            layer_input = layer_input.mul_(mask) if need_grad else layer_input * mask
         width = spec.input_size if layer == 0 else dirs * units
         layer_input = boundary(layer_input, "the layer input", (steps, batch, width))
-        y = boundary(x.new_empty(steps, batch, dirs * units), "y", (steps, batch, dirs * units))
+        # With a gradient, a layer below the last writes its output straight into the
+        # workspace, where the backward finds it as the next layer's input (no second copy).
+        last = layer == spec.num_layers - 1
+        y = x.new_empty(steps, batch, dirs * units) if last or not need_grad else inputs[layer]
+        y = boundary(y, "y", (steps, batch, dirs * units), output=True)
         for d in range(dirs):
             p = layer * dirs + d
             f = layout.fused[p]  # the blocks' offsets in params (no views are made)
@@ -412,6 +422,12 @@ def forward(
             _call("cr_forward", args)
         layer_input = y
     return layer_input, hn, cn, ws
+
+
+def _workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
+    """The shared layout's length, plus one element at the end: 0 until a backward has used
+    the workspace (it writes the gates' gradients over the gates), then 1."""
+    return workspace_numel(spec, steps, batch) + 1
 
 
 def _valid_rows(lengths: Tensor | None, steps: int, batch: int) -> tuple[Tensor, Tensor] | None:
@@ -449,12 +465,19 @@ def backward(
     """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward`."""
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
-    dirs, gates = spec.num_dirs, spec.num_gates
+    dirs = spec.num_dirs
     states = (spec.num_states, batch, units)
     params = boundary(params, "params", (layout.size,))
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
-    ws = boundary(ws, "workspace", (workspace_numel(spec, steps, batch),))
+    ws = boundary(ws, "workspace", (_workspace_numel(spec, steps, batch),))
+    if bool(ws[-1] != 0):
+        # A second backward through one call (retain_graph, gradcheck, jacobians): the first
+        # wrote the gates' gradients over the gates, so the forward runs again (the same
+        # inputs and masks: the same workspace, bit for bit).
+        ws = forward(layout, params, x, h0, c0, lengths, masks, True)[3]
+    ws.data[-1] = 1.0  # used from here on (.data: no version bump, which a retained graph's
+    # saved workspace would then refuse)
     dhy = boundary(dhy, "dh_n", states)
     dcy = boundary(dcy, "dc_n", states) if dcy is not None else None
     saved, inputs = split_workspace(ws, spec, steps, batch)
@@ -476,8 +499,10 @@ def backward(
         for d in range(dirs):
             p = layer * dirs + d
             kept = saved[p]
-            dgi = x.new_empty(steps, batch, gates * units)
-            dghn = x.new_empty(steps, batch, units) if gru else None
+            # The gates' gradients overwrite the gates, and the GRU's dghn its ghn, in place
+            # (C reads each row before it writes it; see the check of ws[-1] above).
+            dgi = kept[0]
+            dghn = kept[2] if gru else None
             args.reverse = d
             args.r = _ptr(weights[p].r)
             args.gates, args.hprev = _ptr(kept[0]), _ptr(kept[1])
@@ -489,8 +514,7 @@ def backward(
             args.dc0 = None if dc0 is None else _ptr(dc0[p])
             args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
             _call("cr_backward", args)
-            du = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn)
-            d_in = du if d_in is None else d_in.add_(du)
+            d_in = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn, d_in)
         assert d_in is not None
         if layer > 0 and masks is not None:
             d_in = d_in * masks[layer - 1]
@@ -512,6 +536,11 @@ class Native(WorkspaceEngine):
         p, x, h0, c0, lengths, masks = inputs
         y, hy, cy, ws = forward(call.layout, p, x, h0, c0, lengths, masks, call.need_grad)
         return Outputs(y, hy, cy, ws)
+
+    def kept(self, call: Call) -> Kept:
+        if not call.need_grad:
+            return NOTHING
+        return Kept(workspace=_workspace_numel(call.spec, call.steps, call.batch))
 
     _backward = staticmethod(backward)
 
