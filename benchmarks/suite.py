@@ -61,12 +61,19 @@ T x layers x directions x G x H x H x 4 bytes over the best read bandwidth measu
 buffer of one such matrix, which stays in cache between steps (:func:`cache_bandwidth`). Ours
 over that bound says how far the row is from streaming its weights at cache speed.
 
-Targets (the report's Targets table, each marked met or not from one run's ratios): inference,
-ours / fastest peer <= 0.80 on the issue's and the serving shapes with B >= 8, <= 1.00 with
-B = 1 and on the large shapes, <= 0.85 on the stream (B = 4 has none); training, ours /
-torch.nn <= 0.60 for GRU and RNN, <= 1.00 for LSTM; the large shapes at >= 70% of the matmul
-peak; skip_input no slower than linear_input (+3% noise); dynamic_rnn over compatible cells
-within 1.2x of the fused layer; a training step's peak memory within torch.nn's + 5%.
+Targets (the report's Targets table, each marked met or not from one run's ratios; issue 21's
+replace the earlier ones where both speak of the same rows): inference, ours / fastest peer
+<= 1.00 with B = 1 and each B = 1 row within 2x its weight-read bound, <= 0.90 on the serving
+shapes with B = 4 to 16, <= 0.80 on the issue's shapes with B >= 8, <= 1.00 on the large
+shapes, <= 0.85 on the stream; a no-grad call of a tiny model (T 1, B 1, H 8, each mode) no
+slower than torch.nn's; beside a busy process (one core kept busy), ours / fastest peer within
+1.2x of the same row's quiet figure; training, ours / torch.nn <= 0.55 for GRU and RNN, <= 0.90
+for LSTM on the large rows; the large shapes at >= 70% of the matmul peak (>= 60% with more
+than 8 threads); skip_input no slower than linear_input (+3% noise); dynamic_rnn over compatible
+cells within 1.2x of the fused layer; a training step's peak memory within torch.nn's + 5%.
+
+The busy row runs with one more process that spins on the CPU for the whole row (a Python
+``while True`` loop, unpinned: the OS gives it about one core), as a shared machine has.
 
 Peak memory of a training step (training rows only) is measured in a fresh process per
 implementation (Linux: the growth of the peak resident set over one step, the second, from just
@@ -87,10 +94,11 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +145,8 @@ GROUPS = {
     "large": "Large shapes",
     "serving": "Serving shapes (T 25, one layer, input = hidden)",
     "stream": "A stream of batches (one call = the whole stream)",
+    "per-call": "Per-call cost: a tiny model (T 1, B 1, H 8), no gradient",
+    "busy": "Beside a busy process (one core kept busy by another process)",
     "training": "Training only",
 }
 
@@ -164,6 +174,8 @@ class Shape:
     group: str = "issue"
     inference: bool = True
     training: bool = True
+    #: Run beside one process that keeps a core busy (see the module docstring).
+    busy: bool = False
 
     @property
     def label(self) -> str:
@@ -179,6 +191,8 @@ class Shape:
             parts.append(f"stream of {self.stream} batches,")
         if self.varlen:
             parts.append(f"lengths {self.varlen}-{self.steps}")
+        if self.busy:
+            parts.append("beside a busy process")
         return " ".join(parts)
 
     def spec(self) -> RNNSpec:
@@ -283,6 +297,26 @@ SHAPES: tuple[Shape, ...] = (
         training=False,
     ),
     Shape("relu-50x16x1760", CUDNN_RNN_RELU, 50, 16, 1760, 1760, group="training", inference=False),
+    *(
+        Shape(f"{short}-tiny-1x1x8", mode, 1, 1, 8, 8, group="per-call", training=False)
+        for short, mode in (
+            ("lstm", CUDNN_LSTM),
+            ("gru", CUDNN_GRU),
+            ("tanh", CUDNN_RNN_TANH),
+            ("relu", CUDNN_RNN_RELU),
+        )
+    ),
+    Shape(
+        "lstm-100x64x512-busy",
+        CUDNN_LSTM,
+        100,
+        64,
+        512,
+        512,
+        group="busy",
+        training=False,
+        busy=True,
+    ),
 )
 #: Small shapes for a quick check of the suite itself (``--quick``): one of each group.
 QUICK_SHAPES: tuple[Shape, ...] = (
@@ -302,6 +336,18 @@ QUICK_SHAPES: tuple[Shape, ...] = (
         stream=3,
         group="stream",
         training=False,
+    ),
+    Shape("gru-quick-tiny", CUDNN_GRU, 1, 1, 8, 8, group="per-call", training=False),
+    Shape(
+        "tanh-quick-busy",
+        CUDNN_RNN_TANH,
+        5,
+        1,
+        16,
+        16,
+        group="busy",
+        training=False,
+        busy=True,
     ),
 )
 #: dynamic_rnn over compatible cells is compared with the fused layer on this shape.
@@ -454,19 +500,20 @@ def bench_shape(shape: Shape, *, device: str, timing: Timing, peers: bool) -> Ro
     """Time ``shape``: inference and training as the shape asks, peers where they apply."""
     layer, _, _ = _make(shape, device)
     use_peers = peers and not shape.extra
-    # Keras: not on the serving shapes (to keep the suite short) nor on the stream.
-    keras = use_peers and shape.group != "serving" and not shape.stream
-    measured = measure(
-        layer,
-        _batches(shape),
-        device=device,
-        timing=timing,
-        inference=shape.inference,
-        training=shape.training,
-        keras=keras,
-        runtimes=use_peers,
-        label=shape.name,
-    )
+    # Keras: only on the issue's, the large and the training shapes (to keep the suite short).
+    keras = use_peers and shape.group in ("issue", "large", "training") and not shape.stream
+    with busy_process() if shape.busy else contextlib.nullcontext():
+        measured = measure(
+            layer,
+            _batches(shape),
+            device=device,
+            timing=timing,
+            inference=shape.inference,
+            training=shape.training,
+            keras=keras,
+            runtimes=use_peers,
+            label=shape.name,
+        )
     notes = measured.notes
     if use_peers and shape.inference and shape.group == "serving":
         notes = ["Keras: not run on the serving shapes (to keep the suite short)", *notes]
@@ -477,6 +524,17 @@ def bench_shape(shape: Shape, *, device: str, timing: Timing, peers: bool) -> Ro
         notes=notes,
         max_abs_diff=measured.max_abs_diff,
     )
+
+
+@contextlib.contextmanager
+def busy_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A process that keeps one core busy (a spinning Python loop) while the block runs."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def bench_dynamic_rnn(
@@ -809,16 +867,47 @@ def _targets(rows: Sequence[Row], dynamic: Row | None, peak: float) -> list[str]
             if r.training and keep(r.shape)
         ]
 
+    def ratio(r: Row) -> float | None:
+        best = _fastest_peer(r.inference)
+        return None if best is None else r.inference[OURS] / best[1]
+
+    def vs_quiet() -> list[tuple[str, float]]:
+        """Each busy row's ratio over the ratio of the same problem run quietly."""
+        quiet = {_problem(r.shape): ratio(r) for r in rows if r.inference and not r.shape.busy}
+        out = []
+        for r in rows:
+            if r.inference and r.shape.busy:
+                busy, calm = ratio(r), quiet.get(_problem(r.shape))
+                if busy is not None and calm is not None:
+                    out.append((r.shape.name, busy / calm))
+        return out
+
+    threads = torch.get_num_threads()
+    share = 0.60 if threads > 8 else 0.70
     out = [
         _target(
-            "Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80",
-            vs_fastest(lambda s: s.group in ("issue", "serving") and s.batch >= 8),
-            0.80,
+            "Inference, B = 1 (issue and serving shapes): ours / fastest peer <= 1.00",
+            vs_fastest(lambda s: s.group in ("issue", "serving") and s.batch == 1),
+            1.00,
         ),
         _target(
-            "Inference, B = 1: ours / fastest peer <= 1.00",
-            vs_fastest(lambda s: s.batch == 1),
-            1.00,
+            "Inference, B = 1: ours / weight-read bound <= 2.0",
+            [
+                (r.shape.name, r.inference[OURS] / r.bound)
+                for r in rows
+                if r.inference and r.bound and r.shape.group in ("issue", "serving")
+            ],
+            2.0,
+        ),
+        _target(
+            "Inference, serving shapes with B = 4 to 16: ours / fastest peer <= 0.90",
+            vs_fastest(lambda s: s.group == "serving" and 4 <= s.batch <= 16),
+            0.90,
+        ),
+        _target(
+            "Inference, the issue's shapes with B >= 8: ours / fastest peer <= 0.80",
+            vs_fastest(lambda s: s.group == "issue" and s.batch >= 8),
+            0.80,
         ),
         _target(
             "Inference, large shapes: ours / fastest peer <= 1.00",
@@ -831,23 +920,38 @@ def _targets(rows: Sequence[Row], dynamic: Row | None, peak: float) -> list[str]
             0.85,
         ),
         _target(
-            "Training, GRU and RNN: ours / torch.nn <= 0.60",
-            vs_torch(lambda s: s.mode != CUDNN_LSTM),
-            0.60,
-        ),
-        _target(
-            "Training, LSTM: ours / torch.nn <= 1.00",
-            vs_torch(lambda s: s.mode == CUDNN_LSTM),
+            "Per-call cost, a tiny model (T 1, B 1, H 8): ours / torch.nn <= 1.00",
+            [
+                (r.shape.name, r.inference[OURS] / r.inference[TORCH_NN])
+                for r in rows
+                if r.shape.group == "per-call" and TORCH_NN in r.inference
+            ],
             1.00,
         ),
         _target(
-            "Inference, large shapes: ours >= 70% of the matmul peak",
+            "Beside a busy process: ours / fastest peer over the quiet row's <= 1.20",
+            vs_quiet(),
+            1.20,
+        ),
+        _target(
+            "Training, GRU and RNN: ours / torch.nn <= 0.55",
+            vs_torch(lambda s: s.mode != CUDNN_LSTM),
+            0.55,
+        ),
+        _target(
+            "Training, LSTM, large shapes: ours / torch.nn <= 0.90",
+            vs_torch(lambda s: s.mode == CUDNN_LSTM and s.group == "large"),
+            0.90,
+        ),
+        _target(
+            f"Inference, large shapes: ours >= {100 * share:.0f}% of the matmul peak "
+            f"({threads} threads)",
             [
                 (r.shape.name, r.shape.forward_flops() / r.inference[OURS] / peak)
                 for r in rows
                 if r.inference and r.shape.group == "large" and not r.shape.extra
             ],
-            0.70,
+            share,
             at_least=True,
             percent=True,
         ),

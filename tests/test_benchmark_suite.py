@@ -4,6 +4,7 @@ and targets, its command line (timings themselves are never asserted)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -138,8 +139,10 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     stream = Shape(
         "gru-test-stream", "gru", 6, 3, 4, 4, 2, varlen=2, stream=3, group="stream", training=False
     )
+    tiny = Shape("gru-test-tiny", "gru", 1, 1, 8, 8, group="per-call", training=False)
+    busy = Shape("tanh-test-busy", "rnn_tanh", 4, 1, 4, 4, group="busy", training=False, busy=True)
     rows, dyn = suite.run(
-        [shape, varlen, single, stream],
+        [shape, varlen, single, stream, tiny, busy],
         out=tmp_path,
         repeats=1,
         block=0.001,
@@ -186,7 +189,7 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     bandwidth = f"{b1['cache_bandwidth'] / 1e9:.0f} GB/s"
     ratio = b1["inference"][bench.OURS] / b1["bound"]
     assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x) |" in md
-    assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i != 2)
+    assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i not in (2, 4, 5))
     # Every group has its heading; memory probes ran for the training row only.
     for title in ("The issue's shapes", "Serving shapes", "A stream of batches"):
         assert f"| **{title}" in md
@@ -196,6 +199,20 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     diff = float(re.search(r"= ([0-9.e+-]+)", record["dynamic_rnn"]["notes"][0])[1])  # type: ignore[index]
     assert diff < 1e-5
     assert "## Targets" in md and "Inference, the stream: ours / fastest peer <= 0.85" in md
+    # The busy row is the serving row's problem run beside a busy process: its target is the
+    # ratio of the two rows' ratios; the tiny row's is ours / torch.nn.
+    for title in ("Per-call cost: a tiny model", "Beside a busy process"):
+        assert f"| **{title}" in md
+    quiet, loud = record["rows"][2]["inference"], record["rows"][5]["inference"]
+
+    def ratio(inf: dict[str, float]) -> float:
+        return inf[bench.OURS] / min(v for k, v in inf.items() if k in bench.PEERS)
+
+    busy_line = next(line for line in md.splitlines() if "Beside a busy process: ours" in line)
+    assert f"| {ratio(loud) / ratio(quiet):.2f} (tanh-test-busy) |" in busy_line
+    tiny_inf = record["rows"][4]["inference"]
+    tiny_line = next(line for line in md.splitlines() if "Per-call cost, a tiny" in line)
+    assert f"{tiny_inf[bench.OURS] / tiny_inf[bench.TORCH_NN]:.2f} (gru-test-tiny)" in tiny_line
     assert rows[0].shape == shape and dyn is not None
 
 
@@ -203,33 +220,66 @@ def _row(shape: Shape, inference: dict[str, float], training: dict[str, float]) 
     return Row(shape, inference=inference, training=training)
 
 
-def test_targets_mark_each_target_met_or_not() -> None:
+def test_targets_mark_each_target_met_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
     ours, nn, ort = bench.OURS, bench.TORCH_NN, bench.ORT_OURS
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     big = BY_NAME["lstm-100x64x512"]
     peak = big.forward_flops() / 1.0  # ours at 1 s is 100% of this peak
+    b1 = _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {})  # 1.00: met
+    b1.bound = 0.4  # ours / bound 2.5: not met
     rows = [
         _row(BY_NAME["lstm-100x16x256"], {ours: 0.7, nn: 1.0, ort: 1.0}, {}),  # 0.70: met
-        _row(BY_NAME["gru-serve-25x64x256"], {ours: 0.9, nn: 1.0}, {}),  # 0.90: not met
-        _row(BY_NAME["gru-serve-25x4x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 4: no target
-        _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {}),  # 1.00: met
-        _row(big, {ours: 1.0, nn: 2.0}, {ours: 1.0, nn: 1.1}),
+        _row(BY_NAME["gru-serve-25x64x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 64: no target
+        _row(BY_NAME["gru-serve-25x4x256"], {ours: 0.95, nn: 1.0}, {}),  # 0.95: not met
+        _row(BY_NAME["tanh-serve-25x16x256"], {ours: 0.85, nn: 1.0}, {}),  # 0.85: met
+        b1,
+        _row(big, {ours: 1.0, nn: 2.0}, {ours: 1.0, nn: 1.1}),  # quiet: 0.50
+        _row(BY_NAME["lstm-100x64x512-busy"], {ours: 1.3, nn: 2.0}, {}),  # 0.65 / 0.50 = 1.30
         _row(BY_NAME["gru-2-stream-16x256"], {ours: 0.9, ort: 1.0}, {}),  # 0.90: not met
         _row(BY_NAME["relu-50x16x1760"], {}, {ours: 0.5, nn: 1.0}),  # 0.50: met
+        _row(BY_NAME["gru-tiny-1x1x8"], {ours: 1.2, nn: 1.0}, {}),  # 1.20: not met
+        _row(BY_NAME["tanh-tiny-1x1x8"], {ours: 0.8, nn: 1.0}, {}),
     ]
     lines = suite._targets(rows, None, peak)
     by_text = {line.split(" | ")[0].lstrip("| "): line for line in lines}
     why = "**not met** ([why](design_notes.md#targets-not-met-and-why))"
-    b8 = by_text["Inference, B >= 8 (issue and serving shapes): ours / fastest peer <= 0.80"]
-    assert why in b8 and "0.90 (gru-serve-25x64x256)" in b8 and "gru-serve-25x4x256" not in b8
-    assert "**met**" in by_text["Inference, B = 1: ours / fastest peer <= 1.00"]
+    serving = by_text["Inference, serving shapes with B = 4 to 16: ours / fastest peer <= 0.90"]
+    assert why in serving and "0.95 (gru-serve-25x4x256)" in serving
+    assert "gru-serve-25x64x256" not in serving
+    b8 = by_text["Inference, the issue's shapes with B >= 8: ours / fastest peer <= 0.80"]
+    assert "**met**" in b8 and "0.70 (lstm-100x16x256)" in b8
+    b1_line = by_text["Inference, B = 1 (issue and serving shapes): ours / fastest peer <= 1.00"]
+    assert "**met**" in b1_line and "tiny" not in b1_line
+    bound = by_text["Inference, B = 1: ours / weight-read bound <= 2.0"]
+    assert why in bound and "2.50 (lstm-serve-25x1x256)" in bound
     assert "**met**" in by_text["Inference, large shapes: ours / fastest peer <= 1.00"]
     assert why in by_text["Inference, the stream: ours / fastest peer <= 0.85"]
-    assert "**met**" in by_text["Training, GRU and RNN: ours / torch.nn <= 0.60"]
-    assert "0.91 (lstm-100x64x512) | **met**" in by_text["Training, LSTM: ours / torch.nn <= 1.00"]
-    peak_line = by_text["Inference, large shapes: ours >= 70% of the matmul peak"]
+    tiny = by_text["Per-call cost, a tiny model (T 1, B 1, H 8): ours / torch.nn <= 1.00"]
+    assert why in tiny and "1.20 (gru-tiny-1x1x8)" in tiny and "tanh-tiny-1x1x8 0.80" not in tiny
+    busy = by_text["Beside a busy process: ours / fastest peer over the quiet row's <= 1.20"]
+    assert why in busy and "1.30 (lstm-100x64x512-busy)" in busy
+    assert "**met**" in by_text["Training, GRU and RNN: ours / torch.nn <= 0.55"]
+    lstm = by_text["Training, LSTM, large shapes: ours / torch.nn <= 0.90"]
+    assert "0.91 (lstm-100x64x512)" in lstm and why in lstm
+    peak_line = by_text["Inference, large shapes: ours >= 70% of the matmul peak (2 threads)"]
     assert "100% (lstm-100x64x512) | **met**" in peak_line
     memory = by_text["Peak memory of a training step <= torch.nn's + 5%"]
     assert "no such row in this run" in memory
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 16)
+    lines = suite._targets(rows, None, peak)
+    assert any("ours >= 60% of the matmul peak (16 threads)" in line for line in lines)
+
+
+def test_the_busy_row_runs_beside_a_process_that_keeps_a_core_busy() -> None:
+    """The busy process burns CPU time while the block runs and is gone after it."""
+    with suite.busy_process() as proc:
+        time.sleep(1.0)
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        user_ticks = int(fields[11])  # utime, the 14th field of stat
+        assert proc.poll() is None
+    assert proc.poll() is not None
+    assert user_ticks >= 0.3 * os.sysconf("SC_CLK_TCK"), user_ticks  # >= 0.3 s of 1 s
 
 
 def test_the_machine_table_names_our_cpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,3 +392,19 @@ def test_the_inference_table_has_one_column_per_implementation(tmp_path: Path) -
     row = next(line for line in md.splitlines() if line.startswith(f"| {shape.label} |"))
     assert row.count("|") == header.count("|")
     assert set(rows[0].inference) == {bench.OURS, bench.TORCH_NN}
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists() or not cudnn_rnn.cpu_engine().startswith("native"),
+    reason="needs Linux's peak resident set and the native engine",
+)
+def test_gru_training_peak_memory_within_torch_nn() -> None:
+    """Issue 21's memory target on the training row that missed it (1.18x torch.nn's before
+    the backward wrote the gates' gradients over the gates): measured as ``make bench`` does,
+    the growth of the peak resident set over the second training step, each in a fresh
+    process, against torch.nn on the same weights."""
+    shape = BY_NAME["gru-100x32x1024"]
+    ours = suite.measure_memory(shape, bench.OURS, "cpu")
+    theirs = suite.measure_memory(shape, bench.TORCH_NN, "cpu")
+    assert ours is not None and theirs is not None
+    assert ours <= 1.05 * theirs, (ours / 2**20, theirs / 2**20)
