@@ -324,7 +324,8 @@ class _CudnnRNN(nn.Module, SpecProperties):
             self.opaque_kernel.data = self.opaque_kernel.data.to(data.device)
         if training is None:
             training = self.training
-        op = self._op_for(self.opaque_kernel.dtype)
+        kernel = self.opaque_kernel
+        op = self._op_for(kernel.dtype)
         spec = op.spec
         n_states = 2 if spec.mode == CUDNN_LSTM else 1
         if initial_state is None:
@@ -333,8 +334,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             else:
                 batch = data.shape[1 if time_major else 0] if data.dim() == 3 else 0
             initial_state = tuple(
-                data.new_zeros(shape, dtype=self.opaque_kernel.dtype)
-                for shape in self.state_shape(batch)
+                data.new_zeros(shape, dtype=kernel.dtype) for shape in self.state_shape(batch)
             )
         elif len(initial_state) != n_states:
             raise ValueError(
@@ -348,7 +348,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             inputs,
             h,
             c,
-            self.opaque_kernel,
+            kernel,
             training,
             sequence_lengths,
             time_major,

@@ -52,7 +52,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.base import Call, Grads, Inputs, Kept, Saved
+from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Saved
 
 __all__ = ["GOLDEN", "rnn"]
 
@@ -188,6 +188,44 @@ def _rnn_op(
         )  # fmt: skip
 
 
+def _setup(
+    params: Tensor,
+    x: Tensor,
+    lengths: Tensor | None,
+    dropout_step: Tensor | None,
+    static: Static,
+    dropout: float,
+    seed: int,
+    need_grad: bool,
+    traced: bool,
+) -> tuple[Call, Engine, Kept, Tensor | None]:
+    """The call, the engine the rule table picks for it, what it keeps, and the dropout masks
+    drawn for the engines that take them (None otherwise)."""
+    call = _call(static, x, need_grad, lengths, traced, dropout)
+    if call.dropout > 0:
+        call = call._replace(seed=_call_seed(seed, dropout_step))
+    engine = engines.engine_for(call)
+    kept = engine.kept(call)
+    masks = None
+    if kept.masks and call.dropout > 0:
+        masks = _masks(call.spec, int(x.shape[0]), int(x.shape[1]), call.dropout, call.seed, x)
+    return call, engine, kept, masks
+
+
+def _inputs(
+    params: Tensor,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    masks: Tensor | None,
+) -> Inputs:
+    """Every engine sees C-contiguous tensors (a copy where the caller's are not), so the
+    layout of what the caller passes can change neither the path nor the bits."""
+    c0 = c0.contiguous() if c0 is not None else None
+    return Inputs(params.contiguous(), x.contiguous(), h0.contiguous(), c0, lengths, masks)
+
+
 def _forward_impl(
     params: Tensor,
     x: Tensor,
@@ -201,33 +239,52 @@ def _forward_impl(
     need_grad: bool,
     traced: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[Tensor]]:
-    call = _call(static, x, need_grad, lengths, traced, dropout)
-    if call.dropout > 0:
-        call = call._replace(seed=_call_seed(seed, dropout_step))
-    spec = call.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
     cpu_lengths = _check_lengths(lengths, steps)
-    engine = engines.engine_for(call)
-    kept = engine.kept(call)
-    masks = None
-    if kept.masks and call.dropout > 0:
-        masks = _masks(spec, steps, batch, call.dropout, call.seed, x)
+    call, engine, kept, masks = _setup(
+        params, x, lengths, dropout_step, static, dropout, seed, need_grad, traced
+    )
+    spec = call.spec
     masks_out = masks if masks is not None else _empty(x)
     if batch == 0:  # as torch.nn: empty outputs and states; what the fake says, with no batch
         y = x.new_empty(steps, 0, spec.num_dirs * spec.output_units)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
         reserve = [r.make(x, 0) for r in kept.reserve]
         return y, h0.new_empty(h0.shape), cy, masks_out, x.new_empty(kept.workspace), reserve
-    # Every engine sees C-contiguous tensors (a copy where the caller's are not), so the
-    # layout of what the caller passes can change neither the path nor the bits.
-    c0 = c0.contiguous() if c0 is not None else None
-    inputs = Inputs(params.contiguous(), x.contiguous(), h0.contiguous(), c0, cpu_lengths, masks)
-    out = engine.forward(call, inputs)
+    out = engine.forward(call, _inputs(params, x, h0, c0, cpu_lengths, masks))
     cy = out.cy.contiguous() if out.cy is not None else _empty(x)
     workspace = out.workspace if out.workspace is not None else _empty(x)
     return (
         out.y.contiguous(), out.hy.contiguous(), cy, masks_out, workspace, list(out.reserve)
     )  # fmt: skip
+
+
+def _eager_forward(
+    params: Tensor,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    dropout_step: Tensor | None,
+    static: Static,
+    dropout: float,
+    seed: int,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:func:`_forward_impl` without gradient for a plain eager caller (see :func:`rnn`), who
+    has checked the lengths already (a CPU int64 ``[B]`` in ``[1, T]``) and uses only the
+    outputs and final states: the same engine by the same rule and the same bits, without
+    making the outputs only the operator's schema needs."""
+    if int(x.shape[1]) == 0:
+        y, hy, c_n, *_ = _forward_impl(
+            params, x, h0, c0, lengths, dropout_step, static, dropout, seed, False, False
+        )
+        return y, hy, (c_n if c0 is not None else None)
+    call, engine, _, masks = _setup(
+        params, x, lengths, dropout_step, static, dropout, seed, False, False
+    )
+    out = engine.forward(call, _inputs(params, x, h0, c0, lengths, masks))
+    cy = out.cy.contiguous() if out.cy is not None and c0 is not None else None
+    return out.y.contiguous(), out.hy.contiguous(), cy
 
 
 @_rnn_op.register_fake
@@ -536,21 +593,24 @@ def rnn(
         t is not None and t.requires_grad for t in (params, x, h0, c0)
     )
     traced = torch.compiler.is_compiling()
+    lstm = spec.mode == CUDNN_LSTM
     if need_grad:
         out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
             params, x, h0, c0, lengths, dropout_step, static, dropout, seed, traced
         )
+        y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     elif not traced and _plain_eager(params, x, h0, c0, lengths, dropout_step):
         # What the operator would run, without its dispatch (half the cost of a tiny call).
         with _no_autocast(x.device):
-            out = _forward_impl(
-                params, x, h0, c0, lengths, dropout_step, static, dropout, seed, False, False
+            y, hy, cy = _eager_forward(
+                params, x, h0, c0, lengths, dropout_step, static, dropout, seed
             )
     else:
         out = _rnn_op(
             params, x, h0, c0, lengths, dropout_step, *static, dropout, seed, False, traced
         )
+        y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     if dropout and dropout_step is not None:
         with torch.no_grad():
             dropout_step.add_(1)
-    return out[0], out[1], (out[2] if spec.mode == CUDNN_LSTM else None)
+    return y, hy, cy

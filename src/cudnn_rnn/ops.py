@@ -233,14 +233,15 @@ class _CudnnRNN(SpecProperties):
                 f"empty sequence is refused; time_major={time_major}), got shape "
                 f"{tuple(x.shape)}."
             )
+        device = x.device
         h_shape = (spec.num_states, batch, spec.output_units)
-        h = self._check_tensor("input_h", input_h, x.device)
+        h = self._check_tensor("input_h", input_h, device)
         self._check_state_shape("input_h", h, h_shape)
         c = None
         if spec.mode == CUDNN_LSTM:
-            c = self._check_tensor("input_c", input_c, x.device)
+            c = self._check_tensor("input_c", input_c, device)
             self._check_state_shape("input_c", c, (spec.num_states, batch, spec.num_units))
-        self._check_params(params, x.device)
+        self._check_params(params, device)
         lengths = self._check_lengths(sequence_lengths, steps, batch)
         xt = x if time_major else x.transpose(0, 1)
         y, h_n, c_n = rnn(
@@ -308,7 +309,9 @@ class _CudnnRNN(SpecProperties):
                 f"{'; wrap it with torch.as_tensor' if isinstance(value, np.ndarray) else ''}."
             )
         self._check_dtype_of(name, value.dtype, value.dtype)
-        if device is not None and value.device != device:
+        if device is None or (value.is_cpu and device.type == "cpu"):
+            return value  # (the common case without making a device object)
+        if value.device != device:
             raise ValueError(
                 f"{self._owner}: {name} is on {value.device} but input_data is on {device}; "
                 "move them to one device."
@@ -316,7 +319,7 @@ class _CudnnRNN(SpecProperties):
         return value
 
     def _check_state_shape(self, name: str, t: Tensor, expected: tuple[int, ...]) -> None:
-        if tuple(t.shape) != expected:
+        if t.shape != expected:
             raise ValueError(
                 f"{self._owner}: {name} must have shape [num_layers * num_dirs, batch, "
                 f"{'num_proj' if name == 'input_h' and self._spec.num_proj else 'num_units'}]"
@@ -332,7 +335,8 @@ class _CudnnRNN(SpecProperties):
 
     def _check_params(self, params: object, device: torch.device | None) -> None:
         t = self._check_tensor("params", params, device)
-        self._check_params_shape(tuple(t.shape))
+        if t.shape != (self._layout.size,):
+            self._check_params_shape(tuple(t.shape))
 
     def _check_lengths(self, lengths: Any, steps: int, batch: int) -> Tensor | None:
         if lengths is None:

@@ -565,3 +565,46 @@ def test_same_bits_on_up_to_sixteen_threads(mode: str) -> None:
             assert all(torch.equal(a, b) for a, b in zip(reference, result)), n
     finally:
         torch.set_num_threads(threads)
+
+
+def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weight gradients' products: oneDNN (where torch has it) for CPU float32 operands
+    without gaps whose temporary is no larger than an operand, torch's matmul otherwise (a
+    slice of a matrix's columns took oneDNN 80 s); both within float32 rounding of float64."""
+    from cudnn_rnn.engines import common
+
+    calls: list[tuple[int, ...]] = []
+    real = common._ONEDNN_LINEAR
+
+    class Spy:
+        def __call__(self, a: torch.Tensor, *rest: Any) -> Any:
+            calls.append(tuple(a.shape))
+            return real(a, *rest)
+
+        def binary(self, a: torch.Tensor, *rest: Any) -> Any:
+            calls.append(tuple(a.shape))
+            return real.binary(a, *rest)
+
+    if real is not None:
+        monkeypatch.setattr(common, "_ONEDNN_LINEAR", Spy())
+    g = torch.Generator().manual_seed(0)
+    gates, x = torch.randn(300, 96, generator=g), torch.randn(300, 40, generator=g)
+    want = gates.double().t() @ x.double()
+    for g_op, dst_shape in ((gates, (96, 40)), (gates[:, :64], (64, 40))):
+        dst = torch.empty(dst_shape)
+        common.reduce_rows(dst, g_op, x)
+        torch.testing.assert_close(dst.double(), want[: dst_shape[0]], rtol=1e-5, atol=1e-4)
+    wide = torch.randn(30, 96, generator=g)  # m > rows: no weight-sized temporary
+    dst = torch.empty(96, 40)
+    common.reduce_rows(dst, wide, x[:30])
+    torch.testing.assert_close(
+        dst.double(), wide.double().t() @ x[:30].double(), rtol=1e-5, atol=1e-4
+    )
+    w = torch.randn(96, 40, generator=g)
+    add = torch.randn(300, 40, generator=g)
+    out = common.product_t(gates, w.t(), add)
+    torch.testing.assert_close(
+        out.double(), gates.double() @ w.double() + add.double(), rtol=1e-5, atol=1e-4
+    )
+    if real is not None:  # the whole matrix and the product with add went to oneDNN, the rest not
+        assert calls == [(40, 300), (300, 96)]

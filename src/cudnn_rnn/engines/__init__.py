@@ -7,8 +7,8 @@ keeps for its backward pass. The first row that fits runs the call:
 
 ==============================  ==========================================================
 CPU, float32, no projection,    ``native``: our C engine (the forward's input projection
-the native engine loaded        and both time loops; torch's GEMMs for the weight
-                                gradients), with or without gradient, traced or not
+the native engine loaded        and both time loops; oneDNN's or torch's products for
+                                the weight gradients), with or without gradient, traced or not
                                 (:mod:`.native`)
 CUDA, float16/32/64, cuDNN      ``cudnn``: cuDNN through aten's ``_cudnn_rnn`` and
 available and enabled,          ``_cudnn_rnn_backward`` on the opaque buffer in place, with

@@ -155,6 +155,62 @@ def split_workspace(
     return per_layer, inputs
 
 
+#: oneDNN's float32 product on the CPU (``torch.ops.mkldnn._linear_pointwise``: ``a @ w.T``), or
+#: None where torch is built without it. MKL, which ``torch.mm`` runs, takes its AVX2 path on
+#: AMD CPUs: on a 2-core AMD EPYC with AVX-512 it made the backward's three products at about
+#: 200 GFLOP/s against 370-450 for oneDNN (docs/design_notes.md).
+_ONEDNN_LINEAR: Any = (
+    getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    if torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    else None
+)
+
+
+def _dense(t: Tensor) -> bool:
+    """A matrix or the transpose of one with no gap between rows (oneDNN took 80 s for a
+    product whose operand was a slice of a matrix's columns, 0.07 s for the whole matrix)."""
+    return t.is_contiguous() or t.t().is_contiguous()
+
+
+def _onednn(a: Tensor, b: Tensor) -> bool:
+    """The rule for :func:`product_t`: oneDNN for CPU float32 operands without gaps."""
+    return (
+        _ONEDNN_LINEAR is not None
+        and a.dtype == torch.float32
+        and a.device.type == "cpu"
+        and _dense(a)
+        and _dense(b)
+    )
+
+
+def product_t(a: Tensor, b: Tensor, add: Tensor | None = None) -> Tensor:
+    """``a @ b.T`` (plus ``add``, a contiguous tensor of the result's shape, where given), by
+    rule: oneDNN's product where :func:`_onednn` says so, else torch's matmul. Either gives
+    the same bits on every call."""
+    if _onednn(a, b):
+        if add is None:
+            return _ONEDNN_LINEAR(a, b, None, "none", [], "")  # type: ignore[no-any-return]
+        return _ONEDNN_LINEAR.binary(a, add, b, None, "add")  # type: ignore[no-any-return]
+    out = a @ b.t()
+    return out if add is None else out.add_(add)
+
+
+def reduce_rows(dst: Tensor, g: Tensor, x: Tensor) -> None:
+    """``dst [m, n] = g.T @ x``, a sum over the rows of ``g [rows, m]`` and ``x [rows, n]``.
+
+    oneDNN makes it as ``(x.T @ g).T`` (its fast orientation) into a temporary of ``dst``'s
+    size, so it runs only where that temporary is no larger than either operand (``m, n <=
+    rows``); otherwise torch's matmul writes ``dst`` in place (a wide RNN over few rows would
+    else gain a weight-sized buffer at the peak).
+    """
+    rows = int(g.shape[0])
+    gt, xt = g.t(), x.t()
+    if _onednn(xt, gt) and max(int(g.shape[1]), int(x.shape[1])) <= rows:
+        dst.copy_(product_t(xt, gt).t())
+    else:
+        torch.mm(gt, x, out=dst)
+
+
 def weight_grads(
     spec: RNNSpec,
     wt: Weights,
@@ -180,21 +236,19 @@ def weight_grads(
     flat_gi = dgi.reshape(rows, g_all)
     if dghn is not None:  # GRU: r and u rows from dgi, the candidate's from dghn
         flat_n = dghn.reshape(rows, units)
-        torch.mm(flat_gi[:, : 2 * units].t(), flat_h, out=gw.r[: 2 * units])
-        torch.mm(flat_n.t(), flat_h, out=gw.r[2 * units :])
+        reduce_rows(gw.r[: 2 * units], flat_gi[:, : 2 * units], flat_h)
+        reduce_rows(gw.r[2 * units :], flat_n, flat_h)
         torch.sum(flat_gi[:, : 2 * units], dim=0, out=gw.br[: 2 * units])
         torch.sum(flat_n, dim=0, out=gw.br[2 * units :])
         torch.sum(flat_gi, dim=0, out=gw.bw)
     else:  # both biases sit in every gate's sum: the same gradient
-        torch.mm(flat_gi.t(), flat_h, out=gw.r)
+        reduce_rows(gw.r, flat_gi, flat_h)
         torch.sum(flat_gi, dim=0, out=gw.bw)
         gw.br.copy_(gw.bw)
     if gw.w is None:  # skip_input: the input was added to every gate
         du = dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
         return du if into is None else into.add_(du)
     assert wt.w is not None
-    torch.mm(flat_gi.t(), u.reshape(rows, -1), out=gw.w)
-    if into is None:
-        return (flat_gi @ wt.w).view(dgi.shape[0], dgi.shape[1], -1)
-    into.view(rows, -1).addmm_(flat_gi, wt.w)
-    return into
+    reduce_rows(gw.w, flat_gi, u.reshape(rows, -1))
+    add = None if into is None else into.view(rows, -1)
+    return product_t(flat_gi, wt.w.t(), add).view(dgi.shape[0], dgi.shape[1], -1)

@@ -5,7 +5,8 @@ threads (torch's own OpenMP threads), each owning a slice of the hidden units wi
 rows of ``W`` and ``R`` for them (packed into its cache once per call): it makes its slice of
 the input projection of all steps (``x @ W^T`` over ``T*B`` rows), then the time loop with the
 gate math fused after each step's product, one barrier per step. The backward loop does the
-same in reverse and torch's GEMMs make the weight gradients over all steps (as in :mod:`.loop`).
+same in reverse, and the weight gradients over all steps are products that reduce over the
+rows (:func:`~cudnn_rnn.engines.common.weight_grads`: oneDNN's where torch has it, by rule).
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
@@ -21,8 +22,8 @@ so it needs no second buffer of that size; a second backward through the same ca
 (``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
-depend on the number of threads, and repeat exactly; the torch GEMMs around them are torch's
-(on this machine's oneDNN/MKL they repeat exactly too). AVX-512 and AVX2 give the same bits
+depend on the number of threads, and repeat exactly; the products around them are oneDNN's
+or torch's (they repeat exactly too, and gave the same bits on 1 to 16 threads here). AVX-512 and AVX2 give the same bits
 (both contract to FMA); the x86-64 baseline may differ in the last place.
 
 Loading: the library is built by ``pip install`` (``setup.py``, optional). If it is missing or
@@ -282,6 +283,8 @@ def boundary(
     reads every tensor as ``numel`` contiguous elements from the pointer: this is the only
     place that makes that true, and :func:`_ptr` the only place that takes a pointer.
     """
+    if t.is_cpu and t.dtype == dtype and t.shape == shape and t.is_contiguous():
+        return t  # the common case, checked in a third of the time of the path below
     problem = ""
     if t.device.type != "cpu":
         problem = f"is on {t.device}"
@@ -352,8 +355,8 @@ def forward(
     lengths: Tensor | None,
     masks: Tensor | None,
     need_grad: bool,
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
-    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)`` (empty w/o grad)."""
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)`` (None w/o grad)."""
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs, gates = spec.num_dirs, spec.num_gates
@@ -363,10 +366,12 @@ def forward(
     h0 = boundary(h0, "h0", states)
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
-    ws = x.new_empty(_workspace_numel(spec, steps, batch) if need_grad else 0)
-    if need_grad:
+    ws = x.new_empty(_workspace_numel(spec, steps, batch)) if need_grad else None
+    saved: list[list[Tensor]] = []
+    inputs: list[Tensor] = []
+    if ws is not None:
         ws[-1] = 0.0  # not used by a backward yet
-    saved, inputs = split_workspace(ws, spec, steps, batch) if need_grad else ([], [])
+        saved, inputs = split_workspace(ws, spec, steps, batch)
     hn = torch.empty_like(h0)
     cn = torch.empty_like(c0) if c0 is not None else None
     args = _ForwardArgs(
@@ -378,6 +383,8 @@ def forward(
     valid = _valid_rows(lengths, steps, batch)  # the projection skips padded steps' rows
     rowmap = None if valid is None else _ptr(valid[1])
     args.rows = 0 if valid is None else int(valid[0].numel())
+    base = _ptr(params)  # the blocks' addresses: their offsets in params (no views are made)
+    assert base is not None
     layer_input = x
     for layer in range(spec.num_layers):
         if layer > 0 and masks is not None:  # in place where it is the workspace's copy
@@ -392,24 +399,24 @@ def forward(
         y = boundary(y, "y", (steps, batch, dirs * units), output=True)
         for d in range(dirs):
             p = layer * dirs + d
-            f = layout.fused[p]  # the blocks' offsets in params (no views are made)
+            f = layout.fused[p]
             # LSTM and RNN add both biases to the input term (C sums them once per call, as
             # torch's add would); the GRU's bR_h sits inside r * (...), so it goes apart. The
             # loop makes the input projection itself, each thread for its own units (torch's
             # matmul ran it at 95-130 GFLOP/s on our AMD machine, our micro-kernel at the
             # loop's rate).
-            args.bi = _ptr(params, f.b_ih.offset)
-            args.bi2 = None if gru else _ptr(params, f.b_hh.offset)
+            args.bi = base + 4 * f.b_ih.offset
+            args.bi2 = None if gru else base + 4 * f.b_hh.offset
             if f.w_ih is None:  # skip_input: the input itself goes into every gate
                 gi = layer_input.repeat(1, 1, gates)
                 args.gi, args.x, args.w, args.rowmap = _ptr(gi), None, None, None
             else:
                 rows = layer_input if valid is None else _gather_rows(layer_input, valid[0])
-                args.gi, args.x, args.w = None, _ptr(rows), _ptr(params, f.w_ih.offset)
+                args.gi, args.x, args.w = None, _ptr(rows), base + 4 * f.w_ih.offset
                 args.input_size, args.rowmap = width, rowmap
             args.reverse = d
-            args.r = _ptr(params, f.w_hh.offset)
-            args.br = _ptr(params, f.b_hh.offset) if gru else None
+            args.r = base + 4 * f.w_hh.offset
+            args.br = base + 4 * f.b_hh.offset if gru else None
             state = p * batch * units  # where pseudo-layer p's [B, H] state starts
             args.h0, args.hn = _ptr(h0, state), _ptr(hn, state)
             args.c0 = None if c0 is None else _ptr(c0, state)
@@ -475,7 +482,9 @@ def backward(
         # A second backward through one call (retain_graph, gradcheck, jacobians): the first
         # wrote the gates' gradients over the gates, so the forward runs again (the same
         # inputs and masks: the same workspace, bit for bit).
-        ws = forward(layout, params, x, h0, c0, lengths, masks, True)[3]
+        fresh = forward(layout, params, x, h0, c0, lengths, masks, True)[3]
+        assert fresh is not None
+        ws = fresh
     ws.data[-1] = 1.0  # used from here on (.data: no version bump, which a retained graph's
     # saved workspace would then refuse)
     dhy = boundary(dhy, "dh_n", states)
