@@ -347,12 +347,13 @@ def _rnn_backward_op(
     bidirectional: bool,
     dropout: float,
     traced: bool,
+    again: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     with _no_autocast(x.device):
         return _backward_impl(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve, dy, dhy, dcy,
             (rnn_mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
-            dropout, traced,
+            dropout, traced, again,
         )  # fmt: skip
 
 
@@ -374,6 +375,7 @@ def _backward_impl(
     static: Static,
     dropout: float,
     traced: bool,
+    again: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     call = _call(static, x, True, lengths, traced, dropout)
     if int(x.shape[1]) == 0:
@@ -388,7 +390,7 @@ def _backward_impl(
         params.contiguous(), x.contiguous(), h0.contiguous(),
         c0.contiguous() if c0 is not None else None, _check_lengths(lengths, int(x.shape[0])),
         masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
-        y, hy, cy if has_c else None, workspace, list(reserve),
+        y, hy, cy if has_c else None, workspace, list(reserve), again,
     )  # fmt: skip
     grads = Grads(dy.contiguous(), dhy.contiguous(), dcy.contiguous() if has_c else None)
     dparams, dx, dh0, dc0 = engines.engine_for(call).backward(call, saved, grads)
@@ -420,6 +422,7 @@ def _rnn_backward_fake(
     bidirectional: bool,
     dropout: float,
     traced: bool,
+    again: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     dc0 = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
     return params.new_empty(params.shape), x.new_empty(x.shape), h0.new_empty(h0.shape), dc0
@@ -497,11 +500,16 @@ def _grads(
         dhy = torch.zeros_like(hy)
     if dcy is None or not ctx.has_c:
         dcy = torch.zeros_like(cy)
+    # A second backward through this node (retain_graph, gradcheck): engines whose backward
+    # writes into what they kept make it again. The node knows; the saved tensors do not (each
+    # backward unpacks them as new tensor objects).
+    again = getattr(ctx, "backward_done", False)
+    ctx.backward_done = True
     # Once differentiable: the gradient of the gradient is not defined (as with cuDNN's RNN).
     with torch.no_grad():
         dparams, dx, dh0, dc0 = _rnn_backward_op(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
-            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced,
+            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again,
         )  # fmt: skip
     return dparams, dx, dh0, (dc0 if ctx.has_c else None)
 

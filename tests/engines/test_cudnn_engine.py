@@ -247,6 +247,25 @@ def test_a_second_backward_through_one_call_makes_a_fresh_reserve(
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
+def test_a_second_backward_is_known_from_the_autograd_node(standin: StandIn) -> None:
+    """The saved reserve comes back as a new tensor object in every backward once the first
+    one is gone (autograd unpacks saved outputs afresh), so a table of tensor identities can
+    miss a second backward; the autograd node tells the engine instead."""
+    from cudnn_rnn.engines import cudnn
+
+    torch.manual_seed(0)
+    layer = CudnnGRU(2, 3, dtype=F64)
+    x = torch.randn(4, 2, 2, dtype=F64, requires_grad=True)
+    out, _ = layer(x)
+    first = torch.autograd.grad(out.sum(), [layer.opaque_kernel, x], retain_graph=True)
+    runs = sum(1 for n, _ in standin.calls if n == "rnn")
+    cudnn._USED.clear()  # what the death of the first backward's tensor objects does
+    second = torch.autograd.grad(out.sum(), [layer.opaque_kernel, x])
+    assert sum(1 for n, _ in standin.calls if n == "rnn") == runs + 1  # the forward, again
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
 def test_gradcheck_differentiates_one_call_many_times(standin: StandIn) -> None:
     spec = RNNSpec("gru", 2, 3, 2, direction="bidirectional")
     op = make_op(spec)

@@ -118,6 +118,9 @@ class Saved(NamedTuple):
     cy: Tensor | None
     workspace: Tensor
     reserve: list[Tensor]
+    #: Whether a backward through the same call ran before (autograd's node says so; a
+    #: compiled backward does not know and passes False).
+    again: bool = False
 
 
 class Grads(NamedTuple):

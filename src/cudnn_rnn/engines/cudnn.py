@@ -32,9 +32,12 @@ What aten's call does not do, this module adds around it:
   backward reads it), so the backward operator's schema does not declare that write, as aten's
   own ``_cudnn_rnn_backward`` does not: declared, autograd would refuse a second backward and a
   compiled graph could not hand the reserve on. A second backward through the same call
-  (``retain_graph=True``, ``gradcheck``, jacobians) finds its reserve used and runs the forward
-  again, from the same inputs and dropout seed, for a fresh one: the same gradients, at the cost
-  of one forward.
+  (``retain_graph=True``, ``gradcheck``, jacobians) is told so by the autograd node (the
+  operator's ``again``; the saved reserve comes back as a new tensor object in each backward,
+  so its identity alone can miss it) and runs the forward again, from the same inputs and
+  dropout seed, for a fresh reserve: the same gradients, at the cost of one forward. A compiled
+  backward run twice through one graph does not pass ``again``: only the identity table
+  catches that case.
 
 Scope: CUDA, float16/float32/float64 (bfloat16 goes to the next rule: cuDNN's RNN documentation
 lists half, float and double), cuDNN available and enabled (``torch.backends.cudnn``), LSTM
@@ -350,7 +353,7 @@ class Cudnn:
         hx, cx, dhy, dcy = _states(pk, s.h0, s.c0, grads.dhy, grads.dcy)
         reserve, *rest = s.reserve
         state = rest[0] if rest else None
-        if not _first_use(reserve):
+        if not _first_use(reserve) or s.again:
             # A second backward through this call (retain_graph, gradcheck, jacobians): cuDNN's
             # first one wrote into the reserve, so the forward runs again to make a fresh one,
             # from the same inputs and the same dropout seed.

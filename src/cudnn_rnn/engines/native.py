@@ -23,8 +23,9 @@ so it needs no second buffer of that size; a second backward through the same ca
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
 depend on the number of threads, and repeat exactly; the products around them are oneDNN's
-or torch's (they repeat exactly too, and gave the same bits on 1 to 16 threads here). AVX-512 and AVX2 give the same bits
-(both contract to FMA); the x86-64 baseline may differ in the last place.
+or torch's (they repeat exactly too, and gave the same bits on 1 to 16 threads here). AVX-512
+and AVX2 give the same bits (both contract to FMA); the x86-64 baseline may differ in the last
+place.
 
 Loading: the library is built by ``pip install`` (``setup.py``, optional). If it is missing or
 cannot load, or ``CUDNN_RNN_NATIVE=0`` is set, :func:`available` is false and the dispatch
