@@ -255,6 +255,9 @@ def test_autocast_runs_where_torch_nn_runs(mode: str) -> None:
 @pytest.mark.parametrize("enforce_sorted", [True, False])
 @pytest.mark.parametrize("mode", MODES)
 def test_packed_sequence_in_and_out_equal_torch_nn(mode: str, enforce_sorted: bool) -> None:
+    # Seeded: it drew from the global generator, so its inputs depended on the tests before it,
+    # and 3 seeds in 200 put an output where float32 rounding exceeded an atol of 1e-6.
+    torch.manual_seed(0)
     layer = _layer(mode)
     peer = convert.to_torch(layer)
     lengths = [6, 4, 4, 1] if enforce_sorted else [2, 6, 1, 4]
@@ -271,9 +274,9 @@ def test_packed_sequence_in_and_out_equal_torch_nn(mode: str, enforce_sorted: bo
         (got.unsorted_indices, want.unsorted_indices),
     ):
         assert (a is None and b is None) or torch.equal(a, b)
-    torch.testing.assert_close(got.data, want.data, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.data, want.data, rtol=1e-5, atol=1e-5)
     for g, w in zip(got_states, want_states):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
     # The same as sequence_lengths on the padded tensor.
     out, _ = layer(x, state, sequence_lengths=lengths)
     torch.testing.assert_close(pad_packed_sequence(got, total_length=6)[0], out)

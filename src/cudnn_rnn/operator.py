@@ -250,7 +250,8 @@ def _forward_impl(
         y = x.new_empty(steps, 0, spec.num_dirs * spec.output_units)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
         reserve = [r.make(x, 0) for r in kept.reserve]
-        return y, h0.new_empty(h0.shape), cy, masks_out, x.new_empty(kept.workspace), reserve
+        workspace = x.new_empty(kept.workspace if kept.workspace is not None else 0)
+        return y, h0.new_empty(h0.shape), cy, masks_out, workspace, reserve
     out = engine.forward(call, _inputs(params, x, h0, c0, cpu_lengths, masks))
     cy = out.cy.contiguous() if out.cy is not None else _empty(x)
     workspace = out.workspace if out.workspace is not None else _empty(x)
@@ -318,7 +319,8 @@ def _rnn_fake(
         r.make(x, torch.library.get_ctx().new_dynamic_size() if r.shape is None else 0)
         for r in kept.reserve
     ]
-    workspace = x.new_empty(kept.workspace)
+    size = kept.workspace
+    workspace = x.new_empty(torch.library.get_ctx().new_dynamic_size() if size is None else size)
     return y, h0.new_empty(h0.shape), cy, _masks_like(call, kept, x), workspace, reserve
 
 

@@ -25,6 +25,7 @@ from cudnn_rnn import engines
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import loop, native
+from cudnn_rnn.engines.common import workspace_numel
 from tests.support.helpers import (
     assert_matches_oracle,
     make_case,
@@ -608,3 +609,48 @@ def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     if real is not None:  # the whole matrix and the product with add went to oneDNN, the rest not
         assert calls == [(40, 300), (300, 96)]
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_with_lengths_the_workspace_keeps_only_the_valid_steps(mode: str) -> None:
+    """An eager training call with lengths keeps the valid steps' rows alone (issue 21, item 5):
+    the same outputs bit for bit, the same gradients within float32 rounding (the weight
+    gradients' sums drop the padded rows' zeros), as the workspace of every row."""
+    layout, params, x, h0, c0, lengths = _problem(mode, seed=4)
+    spec = layout.spec
+    full = native.forward(layout, params, x, h0, c0, lengths, None, True)
+    compact = native.forward(layout, params, x, h0, c0, lengths, None, True, True)
+    rows = int(lengths.sum())
+    assert full[3] is not None and compact[3] is not None
+    assert full[3].numel() == workspace_numel(spec, 6, 9) + 1
+    assert compact[3].numel() == workspace_numel(spec, rows, 1) + 1 < full[3].numel()
+    for a, b in zip(full[:3], compact[:3]):
+        assert a is None or torch.equal(a, b)
+    g = torch.Generator().manual_seed(5)
+    dy = torch.randn(full[0].shape, generator=g)
+    dhy = torch.randn(full[1].shape, generator=g)
+    dcy = torch.randn(full[2].shape, generator=g) if full[2] is not None else None
+    want = native.backward(layout, params, x, h0, c0, lengths, None, full[3], dy, dhy, dcy)
+    got = native.backward(layout, params, x, h0, c0, lengths, None, compact[3], dy, dhy, dcy)
+    for a, b in zip(want, got):
+        if a is not None and b is not None:
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    dx = got[1]
+    padded = torch.arange(6)[:, None] >= lengths[None, :]
+    assert bool((dx[padded] == 0).all())  # no gradient reaches a padded step's input
+
+
+@needs_engine
+def test_the_rule_keeps_a_traced_call_s_workspace_whole() -> None:
+    """The fake implementation needs a length that follows from the shapes when compiling or
+    exporting: traced calls keep every row; eager calls with lengths have a data-dependent one."""
+    spec = RNNSpec("gru", 2, 8, 4, "linear_input", "bidirectional")
+    call = engines.base.Call(
+        layout_of(spec), torch.device("cpu"), torch.float32, 5, 3, True, True, False
+    )
+    assert native.ENGINE.kept(call).workspace is None
+    traced = call._replace(traced=True)
+    assert native.ENGINE.kept(traced).workspace == workspace_numel(spec, 5, 3) + 1
+    no_lengths = call._replace(lengths=False)
+    assert native.ENGINE.kept(no_lengths).workspace == workspace_numel(spec, 5, 3) + 1

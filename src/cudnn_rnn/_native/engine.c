@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_ABI_VERSION 7
+#define CR_ABI_VERSION 8
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -67,6 +67,11 @@ typedef struct {
      * gives row t*B + b's place in x (-1: a padded step, never read). NULL: x has all T*B. */
     int64_t rows;
     const int64_t *rowmap;
+    /* With lengths, the workspace may keep only the valid steps' rows (ABI 8): `ws_rows` of
+     * them, wsmap [T*B] giving row t*B + b's place (-1: a padded step, nothing kept; the same
+     * contents as rowmap). NULL: the workspace has all T*B rows. */
+    int64_t ws_rows;
+    const int64_t *wsmap;
 } cr_forward_args;
 
 typedef struct {
@@ -82,6 +87,8 @@ typedef struct {
      * never reads the row again. */
     float *dgi, *dghn;
     float *dh0, *dc0;
+    int64_t ws_rows; /* as in cr_forward_args: the forward's workspace rows and their map */
+    const int64_t *wsmap;
 } cr_backward_args;
 
 typedef struct {
@@ -479,20 +486,21 @@ static int valid_lengths(const int64_t *lengths, int64_t batch, int64_t steps) {
     return 1;
 }
 
-/* A row map that sends every valid step's row to a distinct row of x below `rows` (those are
- * the rows the loops read) and counts them exactly. */
-static int valid_rowmap(const cr_forward_args *a) {
-    int64_t n = 0, total = a->steps * a->batch;
+/* A row map that sends every valid step's row to a distinct row below `rows` (those are the
+ * rows the loops read or write) and counts them exactly. */
+static int valid_rowmap(const int64_t *map, int64_t rows, const int64_t *lengths, int64_t steps,
+                        int64_t batch) {
+    int64_t n = 0, total = steps * batch;
     for (int64_t i = 0; i < total; i++) {
-        int64_t t = i / a->batch, b = i % a->batch, m = a->rowmap[i];
-        if (t < a->lengths[b]) {
+        int64_t t = i / batch, b = i % batch, m = map[i];
+        if (t < lengths[b]) {
             if (m != n) return 0; /* valid rows in order, 0..rows-1, as the caller packs them */
             n++;
         } else if (m != -1) {
             return 0;
         }
     }
-    return n == a->rows;
+    return n == rows;
 }
 
 /* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes,
@@ -505,7 +513,12 @@ int cr_forward(const cr_forward_args *a) {
         return 2;
     if (!valid_strides(a->y_st, a->y_sb, a->batch, a->units)) return 2;
     if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
-    if (a->rowmap && !(a->x && a->lengths && valid_rowmap(a))) return 2;
+    if (a->rowmap &&
+        !(a->x && a->lengths && valid_rowmap(a->rowmap, a->rows, a->lengths, a->steps, a->batch)))
+        return 2;
+    if (a->wsmap &&
+        !(a->lengths && valid_rowmap(a->wsmap, a->ws_rows, a->lengths, a->steps, a->batch)))
+        return 2;
     if (!a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
@@ -527,6 +540,9 @@ int cr_backward(const cr_backward_args *a) {
     if (!a->r || !a->gates || !a->hprev || !a->dy || !a->dgi || !a->dh0) return 2;
     if (a->mode == CR_GRU && (!a->extra || !a->dghn)) return 2;
     if (a->mode == CR_LSTM && (!a->extra || !a->c0 || !a->dc0)) return 2;
+    if (a->wsmap &&
+        !(a->lengths && valid_rowmap(a->wsmap, a->ws_rows, a->lengths, a->steps, a->batch)))
+        return 2;
     job_t *job = calloc(1, sizeof(job_t));
     if (!job) return 1;
     job->isa = isa_of(cr_level());

@@ -71,7 +71,10 @@ class Reserve:
 class Kept:
     """What an engine keeps between forward and backward, sized before anything runs."""
 
-    workspace: Any = 0  # elements of one buffer in the input's dtype (symbolic sizes work)
+    #: Elements of one buffer in the input's dtype (symbolic sizes work); None: a length only
+    #: the values know (the native engine's with lengths: the valid steps), data-dependent in
+    #: the fake.
+    workspace: Any = 0
     reserve: tuple[Reserve, ...] = ()
     #: Whether the engine takes the dropout masks the operator draws from the op's seed (and
     #: keeps them for its backward); False: it draws its own (cuDNN keeps them in its reserve).

@@ -16,6 +16,8 @@ Workspace: the layout of :func:`~cudnn_rnn.engines.common.split_workspace` in th
 time order for both directions (the reverse direction writes step ``s`` of row ``b`` at the time
 it read), ``hseq`` holding the state each step *started from*, so the weight-gradient GEMMs
 pair rows without reordering anything; plus one last element, 0 until a backward has used it.
+With lengths, an eager training call keeps only the valid steps' rows, in order (``[rows, 1,
+w]`` views; C finds them through a row map), a traced one every row (:func:`_compact`).
 A layer below the last writes its output straight into its slot as the next layer's input.
 The backward writes the gates' gradients over the gates (and the GRU's ``dghn`` over ``ghn``),
 so it needs no second buffer of that size; a second backward through the same call
@@ -76,7 +78,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 7
+ABI_VERSION = 8
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -100,7 +102,7 @@ class _ForwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
-        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2 rows *rowmap"
+        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2 rows *rowmap ws_rows *wsmap"
     )
 
 
@@ -109,7 +111,7 @@ class _BackwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *r *lengths *gates *hprev *extra *c0 *dy dy_st dy_sb "
-        "*dhy *dcy *dgi *dghn *dh0 *dc0"
+        "*dhy *dcy *dgi *dghn *dh0 *dc0 ws_rows *wsmap"
     )
 
 
@@ -356,8 +358,13 @@ def forward(
     lengths: Tensor | None,
     masks: Tensor | None,
     need_grad: bool,
+    compact: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)`` (None w/o grad)."""
+    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)`` (None w/o grad).
+
+    ``compact``: with lengths below ``steps``, the workspace keeps only the valid steps' rows
+    (:func:`_ws_rows` says how many; the backward tells the two layouts apart by length).
+    """
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs, gates = spec.num_dirs, spec.num_gates
@@ -367,12 +374,14 @@ def forward(
     h0 = boundary(h0, "h0", states)
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
-    ws = x.new_empty(_workspace_numel(spec, steps, batch)) if need_grad else None
+    valid = _valid_rows(lengths, steps, batch)  # the projection skips padded steps' rows
+    kept_rows = int(valid[0].numel()) if compact and valid is not None else steps * batch
+    ws = x.new_empty(_workspace_numel(spec, kept_rows, 1)) if need_grad else None
     saved: list[list[Tensor]] = []
     inputs: list[Tensor] = []
     if ws is not None:
         ws[-1] = 0.0  # not used by a backward yet
-        saved, inputs = split_workspace(ws, spec, steps, batch)
+        saved, inputs = _split(ws, spec, steps, batch, kept_rows)
     hn = torch.empty_like(h0)
     cn = torch.empty_like(c0) if c0 is not None else None
     args = _ForwardArgs(
@@ -381,22 +390,30 @@ def forward(
         lengths=_ptr(lengths), y_st=batch * dirs * units, y_sb=dirs * units,
     )  # fmt: skip
     gru = spec.mode == CUDNN_GRU
-    valid = _valid_rows(lengths, steps, batch)  # the projection skips padded steps' rows
     rowmap = None if valid is None else _ptr(valid[1])
     args.rows = 0 if valid is None else int(valid[0].numel())
+    compacted = need_grad and kept_rows < steps * batch
+    if compacted:
+        args.ws_rows, args.wsmap = kept_rows, rowmap
     base = _ptr(params)  # the blocks' addresses: their offsets in params (no views are made)
     assert base is not None
     layer_input = x
     for layer in range(spec.num_layers):
+        width = spec.input_size if layer == 0 else dirs * units
+        # A compact workspace holds a layer's input as its valid rows, [rows, 1, width].
+        shape = (kept_rows, 1, width) if compacted and layer > 0 else (steps, batch, width)
         if layer > 0 and masks is not None:  # in place where it is the workspace's copy
             mask = masks[layer - 1]
+            if compacted and valid is not None:
+                mask = mask.reshape(steps * batch, width).index_select(0, valid[0]).view(shape)
             layer_input = layer_input.mul_(mask) if need_grad else layer_input * mask
-        width = spec.input_size if layer == 0 else dirs * units
-        layer_input = boundary(layer_input, "the layer input", (steps, batch, width))
+        layer_input = boundary(layer_input, "the layer input", shape)
         # With a gradient, a layer below the last writes its output straight into the
-        # workspace, where the backward finds it as the next layer's input (no second copy).
+        # workspace, where the backward finds it as the next layer's input (no second copy);
+        # a compact workspace keeps its valid rows, gathered after the layer.
         last = layer == spec.num_layers - 1
-        y = x.new_empty(steps, batch, dirs * units) if last or not need_grad else inputs[layer]
+        direct = need_grad and not last and not compacted
+        y = inputs[layer] if direct else x.new_empty(steps, batch, dirs * units)
         y = boundary(y, "y", (steps, batch, dirs * units), output=True)
         for d in range(dirs):
             p = layer * dirs + d
@@ -412,7 +429,9 @@ def forward(
                 gi = layer_input.repeat(1, 1, gates)
                 args.gi, args.x, args.w, args.rowmap = _ptr(gi), None, None, None
             else:
-                rows = layer_input if valid is None else _gather_rows(layer_input, valid[0])
+                rows = layer_input
+                if valid is not None and not (compacted and layer > 0):
+                    rows = _gather_rows(layer_input, valid[0])  # else already the valid rows
                 args.gi, args.x, args.w = None, _ptr(rows), base + 4 * f.w_ih.offset
                 args.input_size, args.rowmap = width, rowmap
             args.reverse = d
@@ -429,7 +448,27 @@ def forward(
                 args.ws_extra = _ptr(kept[2]) if len(kept) > 2 else None
             _call("cr_forward", args)
         layer_input = y
+        if compacted and not last and valid is not None:  # the next layer's input: valid rows
+            slot = inputs[layer].view(kept_rows, dirs * units)
+            torch.index_select(y.view(steps * batch, -1), 0, valid[0], out=slot)
+            layer_input = inputs[layer]
     return layer_input, hn, cn, ws
+
+
+def _split(
+    ws: Tensor, spec: RNNSpec, steps: int, batch: int, kept_rows: int
+) -> tuple[list[list[Tensor]], list[Tensor]]:
+    """The workspace's views: ``[T, B, w]`` each, or ``[rows, 1, w]`` when it keeps only the
+    valid steps' rows (``kept_rows < T*B``)."""
+    if kept_rows == steps * batch:
+        return split_workspace(ws, spec, steps, batch)
+    return split_workspace(ws, spec, kept_rows, 1)
+
+
+def _compact(call: Call) -> bool:
+    """The rule for the workspace with lengths: only the valid steps' rows, unless the call is
+    traced (a compiled or exported graph needs a length that follows from the shapes)."""
+    return call.need_grad and call.lengths and not call.traced
 
 
 def _workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
@@ -478,19 +517,24 @@ def backward(
     params = boundary(params, "params", (layout.size,))
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
-    ws = boundary(ws, "workspace", (_workspace_numel(spec, steps, batch),))
+    valid = _valid_rows(lengths, steps, batch)
+    kept_rows = steps * batch  # the forward kept every row, or (compact) the valid ones
+    if valid is not None and ws.numel() == _workspace_numel(spec, int(valid[0].numel()), 1):
+        kept_rows = int(valid[0].numel())
+    compacted = kept_rows < steps * batch
+    ws = boundary(ws, "workspace", (_workspace_numel(spec, kept_rows, 1),))
     if bool(ws[-1] != 0):
         # A second backward through one call (retain_graph, gradcheck, jacobians): the first
         # wrote the gates' gradients over the gates, so the forward runs again (the same
         # inputs and masks: the same workspace, bit for bit).
-        fresh = forward(layout, params, x, h0, c0, lengths, masks, True)[3]
+        fresh = forward(layout, params, x, h0, c0, lengths, masks, True, compacted)[3]
         assert fresh is not None
         ws = fresh
     ws.data[-1] = 1.0  # used from here on (.data: no version bump, which a retained graph's
     # saved workspace would then refuse)
     dhy = boundary(dhy, "dh_n", states)
     dcy = boundary(dcy, "dc_n", states) if dcy is not None else None
-    saved, inputs = split_workspace(ws, spec, steps, batch)
+    saved, inputs = _split(ws, spec, steps, batch, kept_rows)
     weights = pseudo_layers(layout, params)
     dparams = torch.empty_like(params)  # every stored block is written below
     grads = pseudo_layers(layout, dparams)
@@ -502,9 +546,13 @@ def backward(
         threads=torch.get_num_threads(), lengths=_ptr(lengths),
         dy_st=batch * dirs * units, dy_sb=dirs * units,
     )  # fmt: skip
+    if compacted and valid is not None:
+        args.ws_rows, args.wsmap = kept_rows, _ptr(valid[1])
     d_out = boundary(dy, "dy", (steps, batch, dirs * units))
     for layer in reversed(range(spec.num_layers)):
         u = x if layer == 0 else inputs[layer - 1]
+        if compacted and layer == 0 and valid is not None:  # the rows the kept ones pair with
+            u = x.reshape(steps * batch, -1).index_select(0, valid[0]).view(kept_rows, 1, -1)
         d_in: Tensor | None = None
         for d in range(dirs):
             p = layer * dirs + d
@@ -526,6 +574,11 @@ def backward(
             _call("cr_backward", args)
             d_in = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn, d_in)
         assert d_in is not None
+        if compacted and valid is not None:  # back to [T, B, width]: padded steps' rows are 0
+            width = int(d_in.shape[-1])
+            full = d_in.new_zeros(steps, batch, width)
+            full.view(steps * batch, width).index_copy_(0, valid[0], d_in.view(kept_rows, width))
+            d_in = full
         if layer > 0 and masks is not None:
             d_in = d_in * masks[layer - 1]
         if layer > 0:  # the next C call reads it as the gradient of layer - 1's output
@@ -544,13 +597,16 @@ class Native(WorkspaceEngine):
 
     def forward(self, call: Call, inputs: Inputs) -> Outputs:
         p, x, h0, c0, lengths, masks = inputs
-        y, hy, cy, ws = forward(call.layout, p, x, h0, c0, lengths, masks, call.need_grad)
+        compact = _compact(call)
+        y, hy, cy, ws = forward(call.layout, p, x, h0, c0, lengths, masks, call.need_grad, compact)
         return Outputs(y, hy, cy, ws)
 
     def kept(self, call: Call) -> Kept:
         if not call.need_grad:
             return NOTHING
-        return Kept(workspace=_workspace_numel(call.spec, call.steps, call.batch))
+        if _compact(call):  # the valid steps' rows: a length the lengths' values decide
+            return Kept(workspace=None)
+        return Kept(workspace=_workspace_numel(call.spec, call.steps * call.batch, 1))
 
     _backward = staticmethod(backward)
 
