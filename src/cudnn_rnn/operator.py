@@ -350,12 +350,13 @@ def _rnn_backward_op(
     dropout: float,
     traced: bool,
     again: bool = False,
+    need_dx: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     with _no_autocast(x.device):
         return _backward_impl(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve, dy, dhy, dcy,
             (rnn_mode, num_layers, num_units, input_size, num_proj, skip_input, bidirectional),
-            dropout, traced, again,
+            dropout, traced, again, need_dx,
         )  # fmt: skip
 
 
@@ -378,6 +379,7 @@ def _backward_impl(
     dropout: float,
     traced: bool,
     again: bool = False,
+    need_dx: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     call = _call(static, x, True, lengths, traced, dropout)
     if int(x.shape[1]) == 0:
@@ -392,7 +394,7 @@ def _backward_impl(
         params.contiguous(), x.contiguous(), h0.contiguous(),
         c0.contiguous() if c0 is not None else None, _check_lengths(lengths, int(x.shape[0])),
         masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
-        y, hy, cy if has_c else None, workspace, list(reserve), again,
+        y, hy, cy if has_c else None, workspace, list(reserve), again, need_dx,
     )  # fmt: skip
     grads = Grads(dy.contiguous(), dhy.contiguous(), dcy.contiguous() if has_c else None)
     dparams, dx, dh0, dc0 = engines.engine_for(call).backward(call, saved, grads)
@@ -425,6 +427,7 @@ def _rnn_backward_fake(
     dropout: float,
     traced: bool,
     again: bool = False,
+    need_dx: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     dc0 = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
     return params.new_empty(params.shape), x.new_empty(x.shape), h0.new_empty(h0.shape), dc0
@@ -507,11 +510,14 @@ def _grads(
     # backward unpacks them as new tensor objects).
     again = getattr(ctx, "backward_done", False)
     ctx.backward_done = True
+    # The input's gradient is a product as large as a weight gradient's: made only when asked
+    # for (dx is then zeros, which autograd drops).
+    need_dx = bool(ctx.needs_input_grad[1])
     # Once differentiable: the gradient of the gradient is not defined (as with cuDNN's RNN).
     with torch.no_grad():
         dparams, dx, dh0, dc0 = _rnn_backward_op(
             params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
-            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again,
+            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again, need_dx,
         )  # fmt: skip
     return dparams, dx, dh0, (dc0 if ctx.has_c else None)
 

@@ -654,3 +654,43 @@ def test_the_rule_keeps_a_traced_call_s_workspace_whole() -> None:
     assert native.ENGINE.kept(traced).workspace == workspace_numel(spec, 5, 3) + 1
     no_lengths = call._replace(lengths=False)
     assert native.ENGINE.kept(no_lengths).workspace == workspace_numel(spec, 5, 3) + 1
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_the_input_gradient_is_made_only_when_asked_for(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An input that needs no gradient (raw features into the first layer) costs no input
+    gradient product: the weights' and the state's gradients are bit for bit those of the
+    same call whose input needs one."""
+    from cudnn_rnn.engines import common
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    torch.manual_seed(3)
+    layer = LAYER_CLASSES[mode](2, 16, direction="bidirectional", input_size=5)
+    x = torch.randn(7, 3, 5)
+    h0 = torch.randn(4, 3, 16, requires_grad=True)
+    state = (h0, torch.randn(4, 3, 16)) if mode == "lstm" else (h0,)
+    lengths = torch.tensor([7, 4, 2])
+    wanted: list[bool] = []
+    real = common.weight_grads
+
+    def spy(*a: Any) -> Any:
+        wanted.append(a[-1] if len(a) > 8 else True)
+        return real(*a)
+
+    monkeypatch.setattr(native, "weight_grads", spy)
+
+    def grads(x: torch.Tensor) -> list[torch.Tensor]:
+        out = layer(x, state, sequence_lengths=lengths, training=True)[0]
+        loss = (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum()
+        return list(torch.autograd.grad(loss, [layer.opaque_kernel, h0]))
+
+    without = grads(x)
+    assert wanted == [True, True, False, False]  # layer 1's two directions, then layer 0's
+    wanted.clear()
+    with_dx = grads(x.clone().requires_grad_())
+    assert wanted == [True, True, True, True]
+    for a, b in zip(without, with_dx):
+        assert torch.equal(a, b)

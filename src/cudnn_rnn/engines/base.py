@@ -124,6 +124,8 @@ class Saved(NamedTuple):
     #: Whether a backward through the same call ran before (autograd's node says so; a
     #: compiled backward does not know and passes False).
     again: bool = False
+    #: Whether the input's gradient is wanted (False: the engine may return zeros for it).
+    need_dx: bool = True
 
 
 class Grads(NamedTuple):

@@ -220,10 +220,12 @@ def weight_grads(
     dgi: Tensor,
     dghn: Tensor | None,
     into: Tensor | None = None,
-) -> Tensor:
+    need_du: bool = True,
+) -> Tensor | None:
     """One direction's weight gradients into ``gw`` as GEMMs over all steps; returns ``du``
     (added to ``into``, a contiguous ``[T, B, in]``, where given: the other direction's, which
-    then needs no second buffer).
+    then needs no second buffer); None without ``need_du`` (nothing wants the input's
+    gradient: its product is not made).
 
     ``dgi [T, B, G*H]`` is the gradient of the gates' pre-activations, ``h_prev [T, B, Hout]``
     the state each step started from and ``u [T, B, in]`` the direction's input, all three in
@@ -246,9 +248,13 @@ def weight_grads(
         torch.sum(flat_gi, dim=0, out=gw.bw)
         gw.br.copy_(gw.bw)
     if gw.w is None:  # skip_input: the input was added to every gate
+        if not need_du:
+            return None
         du = dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
         return du if into is None else into.add_(du)
     assert wt.w is not None
     reduce_rows(gw.w, flat_gi, u.reshape(rows, -1))
+    if not need_du:
+        return None
     add = None if into is None else into.view(rows, -1)
     return product_t(flat_gi, wt.w.t(), add).view(dgi.shape[0], dgi.shape[1], -1)

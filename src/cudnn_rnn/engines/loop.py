@@ -280,6 +280,7 @@ def _direction_backward(
         dh = dh_prev if m is None else torch.where(m, dh_prev, dh)
     h_prevs = torch.cat([h0.unsqueeze(0), hseq[:-1]]) if steps > 1 else h0.unsqueeze(0)
     du = weight_grads(spec, wt, gw, u, h_prevs, dgi, dghn)
+    assert du is not None  # (need_du defaults to True)
     if dproj_h is not None:
         assert gw.proj is not None and c0 is not None
         _i, _f, _g, o = gates.chunk(4, dim=2)

@@ -51,7 +51,7 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.base import NOTHING, Call, Inputs, Kept, Outputs
+from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Saved
 from cudnn_rnn.engines.common import (
     WorkspaceEngine,
     pseudo_layers,
@@ -508,8 +508,10 @@ def backward(
     dy: Tensor,
     dhy: Tensor,
     dcy: Tensor | None,
+    need_dx: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward`."""
+    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward` (``dx``
+    zeros without ``need_dx``: its product is not made)."""
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs = spec.num_dirs
@@ -572,8 +574,10 @@ def backward(
             args.dc0 = None if dc0 is None else _ptr(dc0[p])
             args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
             _call("cr_backward", args)
-            d_in = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn, d_in)
-        assert d_in is not None
+            want = layer > 0 or need_dx
+            d_in = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn, d_in, want)
+        if d_in is None:  # layer 0 and nothing wants the input's gradient
+            return dparams, torch.zeros_like(x), dh0, dc0
         if compacted and valid is not None:  # back to [T, B, width]: padded steps' rows are 0
             width = int(d_in.shape[-1])
             full = d_in.new_zeros(steps, batch, width)
@@ -608,7 +612,16 @@ class Native(WorkspaceEngine):
             return Kept(workspace=None)
         return Kept(workspace=_workspace_numel(call.spec, call.steps * call.batch, 1))
 
-    _backward = staticmethod(backward)
+    _backward = staticmethod(backward)  # the module's function (tests wrap it there)
+
+    def backward(
+        self, call: Call, saved: Saved, grads: Grads
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        s = saved
+        return self._backward(
+            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, *grads,
+            need_dx=s.need_dx,
+        )  # fmt: skip
 
 
 ENGINE = Native()
