@@ -281,3 +281,43 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
             shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert result.stderr == "" and result.stdout.splitlines()[-1] == "141", result
+
+
+def test_inspect_says_where_an_rnn_it_cannot_read_may_be(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ONNX graph that computes an LSTMCell with primitive operators (as some packaged models
+    do) has no RNN node, but its initializers carry torch's names; an .npz of other names has
+    a documented path through canonical weights. inspect says so instead of an empty list."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (
+            ("enc.rnn.weight_ih", (8, 4)),
+            ("enc.rnn.weight_hh", (8, 2)),
+            ("enc.rnn.bias_ih", (8,)),
+            ("enc.rnn.bias_hh", (8,)),
+        )
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "cell",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [*inits, numpy_helper.from_array(np.ones((4, 8), np.float32), "w")],
+    )
+    path = tmp_path / "cell.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "found 0 RNN(s), 0 computable by cuDNN's math" in out
+    assert "initializers are named like torch.nn.LSTMCell 'enc.rnn'" in out
+    assert "convert.from_torch(path, prefix=...)" in out
+    npz = tmp_path / "g2p.npz"
+    np.savez(npz, enc_w_ih=np.zeros((6, 2), np.float32), enc_w_hh=np.zeros((6, 2), np.float32))
+    assert main(["inspect", str(npz)]) == 0
+    out = capsys.readouterr().out
+    assert "found 0 RNN(s)" in out and "convert.from_numpy_canonical" in out

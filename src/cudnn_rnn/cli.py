@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from cudnn_rnn import atomic, bench, model_files
+from cudnn_rnn import atomic, bench, files, model_files
 from cudnn_rnn.files import clip, first_line
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.model_files import UsageError
@@ -55,6 +55,9 @@ def _inspect(args: argparse.Namespace) -> None:
         print(f"  {name:<{width}}  {list(shape)!s:<14} {dtype}")
     computable = sum(r.computable for r in rnns)
     print(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
+    if not rnns:
+        for line in _nothing_found(args.path, shapes):
+            print(f"  {line}")
     for rnn in rnns:
         print(f"  {rnn.describe()}")
     skipped = model_files.unread_groups(args.path)
@@ -67,6 +70,30 @@ def _inspect(args: argparse.Namespace) -> None:
             f"{args.path}: holds no RNN that cuDNN's math computes: "
             + "; ".join(r.describe() for r in rnns)
         )
+
+
+def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> list[str]:
+    """What to tell a user whose file holds no RNN we read: where its RNN may still be."""
+    from cudnn_rnn.formats.torch_state import find_groups
+
+    kind = files.sniff(path)
+    groups = [g for g in find_groups(shapes) if g.torch_class and not g.problems]
+    if kind == files.ONNX and groups:
+        names = ", ".join(g.describe() for g in groups[:3])
+        return [
+            f"no LSTM, GRU or RNN operator; the initializers are named like {names}, which the "
+            "graph computes with other operators (not read as an RNN).",
+            "to load those weights: save them as a state_dict (torch.save) and read it with "
+            "cudnn-rnn convert or convert.from_torch(path, prefix=...).",
+        ]
+    if kind == files.NPZ:
+        return [
+            "no tensors named like a torch.nn RNN. An .npz of canonical weights "
+            "(np.savez(path, *weights, *biases), the order of params_to_canonical) loads with "
+            "convert.from_numpy_canonical; other arrays can be given to it as a list in that "
+            "order (docs/migration.md).",
+        ]
+    return ["no RNN operator, layer or tensors named like one (see 'cudnn-rnn inspect --help')."]
 
 
 def _convert(args: argparse.Namespace) -> None:
