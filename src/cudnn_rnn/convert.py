@@ -33,6 +33,7 @@ __all__ = [
     "find_rnns",
     "from_keras",
     "from_keras_h5",
+    "from_numpy_canonical",
     "from_onnx",
     "from_torch",
     "to_keras",
@@ -77,6 +78,13 @@ CONVERTERS: dict[tuple[str, str], Converter] = {
         Converter("keras", "from", "cudnn_rnn.formats.keras", "from_keras", "lossless"),
         Converter("onnx", "to", "cudnn_rnn.formats.onnx", "to_onnx", "lossless"),
         Converter("onnx", "from", "cudnn_rnn.formats.onnx", "from_onnx", "lossless"),
+        Converter(
+            "numpy",
+            "from",
+            "cudnn_rnn.formats.npz",
+            "from_numpy_canonical",
+            "lossless (canonical weights and both biases, checked against the configuration)",
+        ),
         Converter(
             "keras_h5",
             "from",
@@ -135,6 +143,13 @@ def from_onnx(path: Any, **kwargs: Any) -> Any:
     """Our layer from an ONNX model's standard LSTM/GRU/RNN node (``node=`` picks one of those
     :func:`find_rnns` lists); see :func:`cudnn_rnn.formats.onnx.from_onnx`."""
     return converter("onnx", "from")(path, **kwargs)
+
+
+def from_numpy_canonical(source: Any, *args: Any, **kwargs: Any) -> Any:
+    """Our layer from canonical weights given as NumPy arrays: an ``.npz`` that
+    ``np.savez(path, *weights, *biases)`` wrote, or the arrays themselves, with the layer's
+    configuration; see :func:`cudnn_rnn.formats.npz.from_numpy_canonical`."""
+    return converter("numpy", "from")(source, *args, **kwargs)
 
 
 def find_rnns(path: Any, **options: Any) -> Any:

@@ -719,3 +719,20 @@ def test_cuda_cells_and_state_dicts_stay_on_the_gpu() -> None:
     from_state = from_torch(model.state_dict(), "decoder")
     assert from_state.opaque_kernel.is_cuda
     assert torch.equal(from_state.opaque_kernel, from_torch(model.decoder).opaque_kernel)
+
+
+def test_arrays_under_names_of_their_own_load_through_convert() -> None:
+    """A GRU kept as NumPy arrays with torch's layout under other names (as g2p_en's .npz):
+    its w_ih/w_hh/b_ih/b_hh split into gates are the canonical list, and the layer computes
+    what torch.nn.GRU computes with them."""
+    from cudnn_rnn import convert
+
+    torch.manual_seed(1)
+    gru = torch.nn.GRU(6, 5)
+    w_ih, w_hh, b_ih, b_hh = (p.detach().numpy() for p in gru.parameters())
+    arrays = [*np.split(w_ih, 3), *np.split(w_hh, 3), *np.split(b_ih, 3), *np.split(b_hh, 3)]
+    layer = convert.from_numpy_canonical(arrays, "gru", 1, 5, 6)
+    x = torch.randn(7, 2, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x)[0], gru(x)[0], rtol=1e-5, atol=1e-6)
+    assert convert.converter("numpy", "from").function == "from_numpy_canonical"
