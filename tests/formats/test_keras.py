@@ -134,7 +134,7 @@ def test_registry_lists_what_exists() -> None:
     with pytest.raises(
         ValueError,
         match=r"convert: no converter 'to' 'jax'; available: "
-        r"keras/from, keras/to, keras_h5/from, onnx/from, onnx/to, "
+        r"keras/from, keras/to, keras_h5/from, numpy/from, onnx/from, onnx/to, "
         r"torch/from, torch/to\.",
     ):
         convert.converter("jax", "to")
