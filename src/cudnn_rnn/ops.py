@@ -130,7 +130,7 @@ class _CudnnRNN(SpecProperties):
         """
         if isinstance(params, np.ndarray):
             self._check_dtype_of("params", NUMPY_TO_TORCH.get(params.dtype), params.dtype)
-            self._check_params_shape(tuple(params.shape))
+            self._check_params_shape(params.shape)
         else:
             self._check_params(params, None)
         return self._layout.unpack(params)
@@ -326,17 +326,18 @@ class _CudnnRNN(SpecProperties):
                 f" = {expected}, got {tuple(t.shape)}."
             )
 
-    def _check_params_shape(self, shape: tuple[int, ...]) -> None:
+    def _check_params_shape(self, shape: Sequence[int]) -> None:
+        """``shape`` (a tuple or a ``torch.Size``, compared without converting it: a call's
+        hot path) must be ``[params_size()]``."""
         if shape != (self._layout.size,):
             raise ValueError(
                 f"{self._owner}: params must be a 1-D buffer of params_size() = "
-                f"{self._layout.size} elements, got shape {shape}."
+                f"{self._layout.size} elements, got shape {tuple(shape)}."
             )
 
     def _check_params(self, params: object, device: torch.device | None) -> None:
         t = self._check_tensor("params", params, device)
-        if t.shape != (self._layout.size,):
-            self._check_params_shape(tuple(t.shape))
+        self._check_params_shape(t.shape)
 
     def _check_lengths(self, lengths: Any, steps: int, batch: int) -> Tensor | None:
         if lengths is None:

@@ -17,6 +17,7 @@ import torch
 from cudnn_rnn.formats.onnx import OnnxFormatError, find_rnns, from_onnx
 from tests.formats.test_onnx_find import LOCAL, X_INPUT, model_of, tagger_file, value, weights
 from tests.support.capped import run_capped
+from tests.support.helpers import damaged
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper
@@ -201,14 +202,8 @@ def test_corrupt_whole_network_files(tmp_path: Path) -> None:
     outcomes = {"refused": 0, "listed": 0, "loaded": 0}
     start = time.perf_counter()
     for case in range(120):
-        data = bytearray(good)
-        if case % 2:
-            data = data[: int(rng.integers(0, len(good)))]
-        else:
-            for at in rng.integers(0, len(good), size=int(rng.integers(1, 4))):
-                data[at] ^= int(rng.integers(1, 256))
         bad = tmp_path / f"bad{case}.onnx"
-        bad.write_bytes(bytes(data))
+        bad.write_bytes(damaged(good, case, rng))
         try:
             found = find_rnns(bad)
         except OnnxFormatError:

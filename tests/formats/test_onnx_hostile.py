@@ -19,6 +19,7 @@ from cudnn_rnn.formats.onnx import OnnxFormatError, from_onnx, load_model, to_on
 from tests.formats.test_onnx import our_model, rnn_nodes
 from tests.formats.test_torch_nn import random_layer
 from tests.support.capped import run_capped
+from tests.support.helpers import damaged
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper
@@ -210,14 +211,8 @@ def test_corrupt_and_truncated_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     reading, outcomes = 0.0, {"refused": 0, "read": 0, "cannot run": 0}
     for case in range(100):
-        data = bytearray(good)
-        if case % 2:
-            data = data[: int(rng.integers(0, len(good)))]
-        else:
-            for at in rng.integers(0, len(good), size=int(rng.integers(1, 4))):
-                data[at] ^= int(rng.integers(1, 256))
         bad = tmp_path / f"bad{case}.onnx"
-        bad.write_bytes(bytes(data))
+        bad.write_bytes(damaged(good, case, rng))
         start = time.perf_counter()
         try:
             back = from_onnx(bad)

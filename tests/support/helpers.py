@@ -216,3 +216,14 @@ def check_export_dynamic(
     dims = {"x": {0: torch.export.Dim("T", min=2), 1: torch.export.Dim("B", min=2)}}
     program = torch.export.export(Outputs(), (x,), dynamic_shapes=dims)
     torch.testing.assert_close(program.module()(other), layer(other)[0], atol=atol, rtol=atol)
+
+
+def damaged(good: bytes, case: int, rng: np.random.Generator) -> bytes:
+    """A damaged copy of a file's bytes for the hostile-input tests: odd cases cut it at a
+    random length, even ones flip 1 to 3 random bytes (each by a random non-zero mask)."""
+    data = bytearray(good)
+    if case % 2:
+        return bytes(data[: int(rng.integers(0, len(good)))])
+    for at in rng.integers(0, len(good), size=int(rng.integers(1, 4))):
+        data[at] ^= int(rng.integers(1, 256))
+    return bytes(data)

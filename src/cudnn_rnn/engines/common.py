@@ -206,7 +206,7 @@ def reduce_rows(dst: Tensor, g: Tensor, x: Tensor) -> None:
     rows = int(g.shape[0])
     gt, xt = g.t(), x.t()
     if _onednn(xt, gt) and max(int(g.shape[1]), int(x.shape[1])) <= rows:
-        dst.copy_(product_t(xt, gt).t())
+        dst.copy_(_ONEDNN_LINEAR(xt, gt, None, "none", [], "").t())  # the rule is checked
     else:
         torch.mm(gt, x, out=dst)
 
