@@ -408,3 +408,19 @@ def test_gru_training_peak_memory_within_torch_nn() -> None:
     theirs = suite.measure_memory(shape, bench.TORCH_NN, "cpu")
     assert ours is not None and theirs is not None
     assert ours <= 1.05 * theirs, (ours / 2**20, theirs / 2**20)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists() or not cudnn_rnn.cpu_engine().startswith("native"),
+    reason="needs Linux's peak resident set and the native engine",
+)
+def test_lstm_with_lengths_training_peak_memory_near_torch_nn() -> None:
+    """The row with lengths (1.36x torch.nn's before the workspace stopped keeping each step's
+    starting state and the backward gave finished parts back): torch.nn's own figure moves
+    between two modes over fresh processes (64 and 71 MiB here; ours stays at 70.6), so this
+    holds the gain against the lower one with room for that spread."""
+    shape = BY_NAME["lstm-2bi-varlen-100x32x256"]
+    ours = suite.measure_memory(shape, bench.OURS, "cpu")
+    theirs = suite.measure_memory(shape, bench.TORCH_NN, "cpu")
+    assert ours is not None and theirs is not None
+    assert ours <= 1.15 * theirs, (ours / 2**20, theirs / 2**20)

@@ -156,7 +156,7 @@ def _run(engine: Any, problem: tuple[Any, ...]) -> list[torch.Tensor]:
     dy = torch.randn(y.shape, generator=g)
     dhy = torch.randn(hn.shape, generator=g)
     dcy = torch.randn(cn.shape, generator=g) if cn is not None else None
-    grads = engine.backward(layout, params, x, h0, c0, lengths, None, ws, dy, dhy, dcy)
+    grads = engine.backward(layout, params, x, h0, c0, lengths, None, ws, y, dy, dhy, dcy)
     return [t for t in (y, hn, cn, *grads) if t is not None]
 
 
@@ -446,11 +446,11 @@ def test_library_backward_refuses_bad_strides_and_lengths() -> None:
     buf = [torch.zeros(units * units) for _ in range(6)]  # alive for the call
     good = dict(
         mode=1, steps=1, batch=1, units=units, threads=1, r=buf[0].data_ptr(),
-        gates=buf[1].data_ptr(), hprev=buf[2].data_ptr(), dy=buf[3].data_ptr(), dy_st=units,
-        dy_sb=units, dgi=buf[4].data_ptr(), dh0=buf[5].data_ptr(),
+        gates=buf[1].data_ptr(), hout=buf[2].data_ptr(), dy=buf[3].data_ptr(), dy_st=units,
+        dy_sb=units, dgi=buf[4].data_ptr(), dh0=buf[5].data_ptr(), hout_rs=units,
     )  # fmt: skip
     native._call("cr_backward", native._BackwardArgs(**good))
-    for bad in ({"dy_sb": units - 1}, {"dy_st": 0}, {"dy": None}):
+    for bad in ({"dy_sb": units - 1}, {"dy_st": 0}, {"dy": None}, {"hout_rs": units - 1}):
         with pytest.raises(RuntimeError, match="cr_backward refused its sizes or a missing"):
             native._call("cr_backward", native._BackwardArgs(**{**good, **bad}))
     lengths = torch.tensor([3])
@@ -499,6 +499,72 @@ def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
     with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
         bad = {**good, "rows": 2}
         native._call("cr_forward", native._ForwardArgs(**bad, rowmap=keep["good"].data_ptr()))
+
+
+@needs_engine
+def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
+    """``cr_release`` (the backward's way of freeing finished parts of the workspace): the
+    whole pages inside the part read as zeros afterwards and leave the resident set (give or
+    take the kernel's per-CPU counting); every element outside them, also in the part's first
+    and last partial pages, is kept."""
+    size = os.sysconf("SC_PAGE_SIZE")
+    page = size // 4
+    buf = torch.full((4096 * page,), 7.0)  # 16 MiB with 4 KiB pages
+    part = buf[page // 2 + 3 : 2560 * page + 5]  # starts and ends mid-page
+    before = _rss_kib()
+    native._release(part)
+    after = _rss_kib()
+    start, end = part.data_ptr(), part.data_ptr() + 4 * part.numel()
+    first, last = -(-start // size) * size, end // size * size  # the whole pages within it
+    address = buf.data_ptr() + 4 * torch.arange(buf.numel())
+    inside = (address >= first) & (address < last)
+    assert int(inside.sum()) >= 2558 * page
+    assert torch.all(buf[inside] == 0)
+    assert torch.all(buf[~inside] == 7.0)
+    if before is not None and after is not None:
+        assert before - after >= 2000 * size // 1024  # most of the 2559 pages left
+    native._release(buf[:5])  # less than a page: nothing to give back, nothing touched
+    assert torch.all(buf[:5] == 7.0)
+
+
+def _rss_kib() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    except OSError:
+        return None
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients_with_released_parts_and_a_second_backward(mode: str) -> None:
+    """Large enough that every part of the workspace spans whole pages, so the backward gives
+    them back as it goes: 3 layers, bidirectional, dropout and lengths, the forward's output
+    used for the states; the gradients equal the loop engine's (which keeps every state), and
+    a second backward (retain_graph) gives the first's bits."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    torch.manual_seed(11)
+    layer = LAYER_CLASSES[mode](3, 64, direction="bidirectional", input_size=24, dropout=0.3)
+    x = torch.randn(30, 12, 24, requires_grad=True)
+    lengths = torch.tensor([30, 29, 17, 30, 1, 8, 22, 30, 5, 13, 26, 2])
+    leaves = [x, *layer.parameters()]
+
+    def grads(retain: bool = False) -> list[tuple[torch.Tensor, ...]]:
+        layer._dropout_step.zero_()  # the first call's masks, for both engines
+        out: torch.Tensor = layer(x, sequence_lengths=lengths, training=True)[0]
+        loss = (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum()
+        first = torch.autograd.grad(loss, leaves, retain_graph=retain)
+        return [first, torch.autograd.grad(loss, leaves)] if retain else [first]
+
+    ours = grads(retain=True)
+    for a, b in zip(*ours):
+        assert torch.equal(a, b)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "available", lambda: False)  # the loop engine
+        theirs = grads()[0]
+    for a, b in zip(ours[0], theirs):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # a wrong state: ~0.1
 
 
 @needs_engine
@@ -623,16 +689,17 @@ def test_with_lengths_the_workspace_keeps_only_the_valid_steps(mode: str) -> Non
     compact = native.forward(layout, params, x, h0, c0, lengths, None, True, True)
     rows = int(lengths.sum())
     assert full[3] is not None and compact[3] is not None
-    assert full[3].numel() == workspace_numel(spec, 6, 9) + 1
-    assert compact[3].numel() == workspace_numel(spec, rows, 1) + 1 < full[3].numel()
+    assert full[3].numel() == workspace_numel(spec, 6, 9, hseq=False) + 1
+    assert compact[3].numel() == workspace_numel(spec, rows, 1, hseq=False) + 1 < full[3].numel()
     for a, b in zip(full[:3], compact[:3]):
         assert a is None or torch.equal(a, b)
     g = torch.Generator().manual_seed(5)
     dy = torch.randn(full[0].shape, generator=g)
     dhy = torch.randn(full[1].shape, generator=g)
     dcy = torch.randn(full[2].shape, generator=g) if full[2] is not None else None
-    want = native.backward(layout, params, x, h0, c0, lengths, None, full[3], dy, dhy, dcy)
-    got = native.backward(layout, params, x, h0, c0, lengths, None, compact[3], dy, dhy, dcy)
+    common = (layout, params, x, h0, c0, lengths, None)
+    want = native.backward(*common, full[3], full[0], dy, dhy, dcy)
+    got = native.backward(*common, compact[3], compact[0], dy, dhy, dcy)
     for a, b in zip(want, got):
         if a is not None and b is not None:
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
@@ -651,9 +718,9 @@ def test_the_rule_keeps_a_traced_call_s_workspace_whole() -> None:
     )
     assert native.ENGINE.kept(call).workspace is None
     traced = call._replace(traced=True)
-    assert native.ENGINE.kept(traced).workspace == workspace_numel(spec, 5, 3) + 1
+    assert native.ENGINE.kept(traced).workspace == workspace_numel(spec, 5, 3, hseq=False) + 1
     no_lengths = call._replace(lengths=False)
-    assert native.ENGINE.kept(no_lengths).workspace == workspace_numel(spec, 5, 3) + 1
+    assert native.ENGINE.kept(no_lengths).workspace == workspace_numel(spec, 5, 3, hseq=False) + 1
 
 
 @needs_engine
@@ -674,13 +741,13 @@ def test_the_input_gradient_is_made_only_when_asked_for(
     state = (h0, torch.randn(4, 3, 16)) if mode == "lstm" else (h0,)
     lengths = torch.tensor([7, 4, 2])
     wanted: list[bool] = []
-    real = common.weight_grads
+    real = common.input_grads
 
     def spy(*a: Any) -> Any:
-        wanted.append(a[-1] if len(a) > 8 else True)
+        wanted.append(a[-1] if len(a) > 6 else True)
         return real(*a)
 
-    monkeypatch.setattr(native, "weight_grads", spy)
+    monkeypatch.setattr(native, "input_grads", spy)
 
     def grads(x: torch.Tensor) -> list[torch.Tensor]:
         out = layer(x, state, sequence_lengths=lengths, training=True)[0]

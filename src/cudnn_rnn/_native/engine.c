@@ -30,8 +30,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#define CR_ABI_VERSION 8
+#define CR_ABI_VERSION 9
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -55,7 +57,9 @@ typedef struct {
     float *y; /* output: element (t, b, u) at y[t*y_st + b*y_sb + u] */
     int64_t y_st, y_sb;
     float *hn, *cn;
-    float *ws_gates, *ws_hprev, *ws_extra; /* NULL for inference */
+    /* NULL for inference; ws_hprev (the state each step started from) may be NULL with the
+     * others given: the native engine reads it out of the layer's output instead (ABI 9). */
+    float *ws_gates, *ws_hprev, *ws_extra;
     /* Instead of gi: the input x [T*B, input_size] (C-contiguous rows in time order) and W
      * [G*H, input_size]; the library makes the projection itself. */
     const float *x, *w;
@@ -78,7 +82,11 @@ typedef struct {
     int64_t mode, steps, batch, units, reverse, threads;
     const float *r;
     const int64_t *lengths;
-    const float *gates, *hprev, *extra, *c0; /* the forward's workspace */
+    /* the forward's workspace; hout is this direction's output (the layer's, at an offset of
+     * d*H), read for the state each step started from (the GRU's backward needs it): element
+     * (row, u) at hout[row * hout_rs + u], rows t*B + b, or with hout_compact the workspace's
+     * rows by wsmap; the first step's is h0 [B, H]. */
+    const float *gates, *hout, *extra, *c0;
     const float *dy;
     int64_t dy_st, dy_sb;
     const float *dhy, *dcy;  /* NULL: zero */
@@ -89,6 +97,8 @@ typedef struct {
     float *dh0, *dc0;
     int64_t ws_rows; /* as in cr_forward_args: the forward's workspace rows and their map */
     const int64_t *wsmap;
+    int64_t hout_rs, hout_compact;
+    const float *h0;
 } cr_backward_args;
 
 typedef struct {
@@ -522,7 +532,7 @@ int cr_forward(const cr_forward_args *a) {
     if (!a->bi || !a->r || !a->h0 || !a->y || !a->hn) return 2;
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
-    if (a->ws_gates && (!a->ws_hprev || (gates_of(a->mode) > 1 && !a->ws_extra))) return 2;
+    if (a->ws_gates && gates_of(a->mode) > 1 && !a->ws_extra) return 2;
     job_t *job = calloc(1, sizeof(job_t));
     if (!job) return 1;
     job->isa = isa_of(cr_level());
@@ -537,8 +547,10 @@ int cr_backward(const cr_backward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
     if (!valid_strides(a->dy_st, a->dy_sb, a->batch, a->units)) return 2;
     if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
-    if (!a->r || !a->gates || !a->hprev || !a->dy || !a->dgi || !a->dh0) return 2;
-    if (a->mode == CR_GRU && (!a->extra || !a->dghn)) return 2;
+    if (!a->r || !a->gates || !a->dy || !a->dgi || !a->dh0) return 2;
+    if (a->mode == CR_GRU && (!a->extra || !a->dghn || !a->hout || !a->h0)) return 2;
+    if (a->hout && a->hout_rs < a->units) return 2;
+    if (a->hout_compact && !a->wsmap) return 2;
     if (a->mode == CR_LSTM && (!a->extra || !a->c0 || !a->dc0)) return 2;
     if (a->wsmap &&
         !(a->lengths && valid_rowmap(a->wsmap, a->ws_rows, a->lengths, a->steps, a->batch)))
@@ -552,6 +564,23 @@ int cr_backward(const cr_backward_args *a) {
                      gates_of(a->mode) * a->units, a->mode == CR_LSTM, 1);
     free(job);
     return rc;
+}
+
+/* Gives the whole pages inside [p, p + bytes) back to the OS (they read as zeros if touched
+ * again): the backward's way of freeing the parts of the workspace it has finished with while
+ * the workspace itself stays alive (the autograd node holds it until the backward returns).
+ * Returns 0, or -1 where madvise refused. */
+int cr_release(void *p, int64_t bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (!p || bytes <= 0 || page <= 0) return 0;
+    uintptr_t start = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t end = ((uintptr_t)p + (uintptr_t)bytes) / (uintptr_t)page * (uintptr_t)page;
+    if (end <= start) return 0;
+#ifdef MADV_DONTNEED
+    return madvise((void *)start, end - start, MADV_DONTNEED) == 0 ? 0 : -1;
+#else
+    return 0;
+#endif
 }
 
 /* The engine's own sigmoid (kind 0), tanh (1) and exp (2), for the accuracy tests. */

@@ -87,10 +87,11 @@ def reverse_within(x: Tensor, lengths: Tensor | None) -> Tensor:
 # ---- the workspace of the training engines (``loop`` and ``native``) --------------------------
 #
 # One buffer of the parameters' dtype, in order: per pseudo-layer ``gates [T, B, G*H]`` (after
-# their activations; the plain RNN keeps its new ``h``), ``hseq [T, B, Hout]``, then ``extra
-# [T, B, H]`` (LSTM: the cell state after each step; GRU: ``R_h h' + bR_h``, which the reset gate
-# scales); then per layer after the first its input ``[T, B, D*Hout]`` (after dropout). Each
-# engine's docstring says in which time order it fills them and which state ``hseq`` holds.
+# their activations; the plain RNN keeps its new ``h``), ``hseq [T, B, Hout]`` (where the engine
+# keeps it: ``hseq=False`` leaves it out), then ``extra [T, B, H]`` (LSTM: the cell state after
+# each step; GRU: ``R_h h' + bR_h``, which the reset gate scales); then per layer after the first
+# its input ``[T, B, D*Hout]``. Each engine's docstring says in which time order it fills them,
+# which state ``hseq`` holds and whether the layer inputs are after dropout.
 
 
 def _extra(spec: RNNSpec) -> int:
@@ -98,14 +99,16 @@ def _extra(spec: RNNSpec) -> int:
     return spec.num_units if spec.mode in (CUDNN_LSTM, CUDNN_GRU) else 0
 
 
-def _per_step(spec: RNNSpec) -> int:
-    return spec.num_gates * spec.num_units + spec.output_units + _extra(spec)
+def _kept_widths(spec: RNNSpec, hseq: bool) -> list[int]:
+    """Widths of what one pseudo-layer keeps per step: gates, (hseq), (extra)."""
+    widths = [spec.num_gates * spec.num_units] + ([spec.output_units] if hseq else [])
+    return widths + ([_extra(spec)] if _extra(spec) else [])
 
 
-def workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
+def workspace_numel(spec: RNNSpec, steps: Any, batch: Any, *, hseq: bool = True) -> Any:
     """Length of the workspace (works on symbolic sizes too)."""
     inputs = (spec.num_layers - 1) * spec.num_dirs * spec.output_units
-    return steps * batch * (spec.num_states * _per_step(spec) + inputs)
+    return steps * batch * (spec.num_states * sum(_kept_widths(spec, hseq)) + inputs)
 
 
 class WorkspaceEngine:
@@ -114,7 +117,7 @@ class WorkspaceEngine:
 
     name: str
 
-    #: ``(layout, params, x, h0, c0, lengths, masks, ws, dy, dhy, dcy) -> (dparams, dx, dh0,
+    #: ``(layout, params, x, h0, c0, lengths, masks, ws, y, dy, dhy, dcy) -> (dparams, dx, dh0,
     #: dc0)``: the engine module's backward function.
     _backward: Callable[..., tuple[Tensor, Tensor, Tensor, Tensor | None]]
 
@@ -128,16 +131,15 @@ class WorkspaceEngine:
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         s = saved
         return self._backward(
-            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, *grads
+            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, s.y, *grads
         )
 
 
 def split_workspace(
-    ws: Tensor, spec: RNNSpec, steps: int, batch: int
+    ws: Tensor, spec: RNNSpec, steps: int, batch: int, *, hseq: bool = True
 ) -> tuple[list[list[Tensor]], list[Tensor]]:
-    """Views of the workspace: per pseudo-layer [gates, hseq, (extra)], per layer >= 1 input."""
-    gh, hout, extra = spec.num_gates * spec.num_units, spec.output_units, _extra(spec)
-    widths = [gh, hout] + ([extra] if extra else [])
+    """Views of the workspace: per pseudo-layer [gates, (hseq), (extra)], per layer >= 1 input."""
+    hout, widths = spec.output_units, _kept_widths(spec, hseq)
     n = steps * batch
     per_layer: list[list[Tensor]] = []
     offset = 0
@@ -229,9 +231,19 @@ def weight_grads(
 
     ``dgi [T, B, G*H]`` is the gradient of the gates' pre-activations, ``h_prev [T, B, Hout]``
     the state each step started from and ``u [T, B, in]`` the direction's input, all three in
-    the same order of rows. ``R h' + bR`` has the same gradient as ``dgi`` except in the GRU's
-    candidate third, which the reset gate scales: that third comes from ``dghn [T, B, H]``.
+    the same order of rows. The two halves, :func:`recurrent_grads` and :func:`input_grads`,
+    can also be called apart (the native engine frees ``h_prev`` between them).
     """
+    recurrent_grads(spec, gw, h_prev, dgi, dghn)
+    return input_grads(spec, wt, gw, u, dgi, into, need_du)
+
+
+def recurrent_grads(
+    spec: RNNSpec, gw: Weights, h_prev: Tensor, dgi: Tensor, dghn: Tensor | None
+) -> None:
+    """The gradients of ``R`` and both biases (see :func:`weight_grads`). ``R h' + bR`` has the
+    same gradient as ``dgi`` except in the GRU's candidate third, which the reset gate scales:
+    that third comes from ``dghn [T, B, H]``."""
     units, g_all = spec.num_units, spec.num_gates * spec.num_units
     rows = int(dgi.shape[0]) * int(dgi.shape[1])
     flat_h = h_prev.reshape(rows, -1)
@@ -247,6 +259,21 @@ def weight_grads(
         reduce_rows(gw.r, flat_gi, flat_h)
         torch.sum(flat_gi, dim=0, out=gw.bw)
         gw.br.copy_(gw.bw)
+
+
+def input_grads(
+    spec: RNNSpec,
+    wt: Weights,
+    gw: Weights,
+    u: Tensor,
+    dgi: Tensor,
+    into: Tensor | None = None,
+    need_du: bool = True,
+) -> Tensor | None:
+    """The gradient of ``W`` into ``gw`` and the returned ``du`` (see :func:`weight_grads`)."""
+    units, g_all = spec.num_units, spec.num_gates * spec.num_units
+    rows = int(dgi.shape[0]) * int(dgi.shape[1])
+    flat_gi = dgi.reshape(rows, g_all)
     if gw.w is None:  # skip_input: the input was added to every gate
         if not need_du:
             return None

@@ -154,11 +154,13 @@ def backward(
     lengths: Tensor | None,
     masks: Tensor | None,
     ws: Tensor,
+    y: Tensor,
     dy: Tensor,
     dhy: Tensor,
     dcy: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward`."""
+    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward` (which keeps
+    every state it needs: the output ``y`` is not read)."""
     spec = layout.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
     saved, inputs = split_workspace(ws, spec, steps, batch)

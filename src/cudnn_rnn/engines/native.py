@@ -6,22 +6,26 @@ rows of ``W`` and ``R`` for them (packed into its cache once per call): it makes
 the input projection of all steps (``x @ W^T`` over ``T*B`` rows), then the time loop with the
 gate math fused after each step's product, one barrier per step. The backward loop does the
 same in reverse, and the weight gradients over all steps are products that reduce over the
-rows (:func:`~cudnn_rnn.engines.common.weight_grads`: oneDNN's where torch has it, by rule).
+rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: oneDNN's where torch has it,
+by rule).
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
 the other engines (see :mod:`cudnn_rnn.engines`).
 
-Workspace: the layout of :func:`~cudnn_rnn.engines.common.split_workspace` in the *input's*
-time order for both directions (the reverse direction writes step ``s`` of row ``b`` at the time
-it read), ``hseq`` holding the state each step *started from*, so the weight-gradient GEMMs
-pair rows without reordering anything; plus one last element, 0 until a backward has used it.
-With lengths, an eager training call keeps only the valid steps' rows, in order (``[rows, 1,
-w]`` views; C finds them through a row map), a traced one every row (:func:`_compact`).
-A layer below the last writes its output straight into its slot as the next layer's input.
-The backward writes the gates' gradients over the gates (and the GRU's ``dghn`` over ``ghn``),
-so it needs no second buffer of that size; a second backward through the same call
-(``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
+Workspace: the layout of :func:`~cudnn_rnn.engines.common.split_workspace` without ``hseq``, in
+the *input's* time order for both directions (the reverse direction writes step ``s`` of row
+``b`` at the time it read); plus one last element, 0 until a backward has used it. The state
+each step started from is not kept: the backward reads it out of the layer's output (the
+operator saves the last layer's; a layer below the last writes its output straight into its
+slot, before dropout, as the next layer's input), or ``h0`` at a row's first step. With
+lengths, an eager training call keeps only the valid steps' rows, in order (``[rows, 1, w]``
+views; C finds them through a row map), a traced one every row (:func:`_compact`). The
+backward writes the gates' gradients over the gates (and the GRU's ``dghn`` over ``ghn``), so
+it needs no second buffer of that size, and gives each part back to the OS (``madvise``) once
+it has finished with it, so a step's peak falls as the backward goes down the layers; a
+second backward through the same call (``retain_graph``, gradcheck) sees the last element set
+and runs the forward again first.
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
 depend on the number of threads, and repeat exactly; the products around them are oneDNN's
@@ -54,9 +58,10 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Saved
 from cudnn_rnn.engines.common import (
     WorkspaceEngine,
+    input_grads,
     pseudo_layers,
+    recurrent_grads,
     split_workspace,
-    weight_grads,
     workspace_numel,
 )
 
@@ -78,7 +83,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 8
+ABI_VERSION = 9
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -110,8 +115,8 @@ class _BackwardArgs(ctypes.Structure):
     """Mirror of ``cr_backward_args`` in engine.c."""
 
     _fields_ = _fields(
-        f"{_SIZES} *r *lengths *gates *hprev *extra *c0 *dy dy_st dy_sb "
-        "*dhy *dcy *dgi *dghn *dh0 *dc0 ws_rows *wsmap"
+        f"{_SIZES} *r *lengths *gates *hout *extra *c0 *dy dy_st dy_sb "
+        "*dhy *dcy *dgi *dghn *dh0 *dc0 ws_rows *wsmap hout_rs hout_compact *h0"
     )
 
 
@@ -152,6 +157,7 @@ def _load() -> ctypes.CDLL:
     lib.cr_level_name.restype = ctypes.c_char_p
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
+    lib.cr_release.argtypes = [_PTR, _I64]
     lib.cr_use_openmp.argtypes = [ctypes.c_char_p]
     _share_torch_threads(lib)
     return lib
@@ -402,11 +408,8 @@ def forward(
         width = spec.input_size if layer == 0 else dirs * units
         # A compact workspace holds a layer's input as its valid rows, [rows, 1, width].
         shape = (kept_rows, 1, width) if compacted and layer > 0 else (steps, batch, width)
-        if layer > 0 and masks is not None:  # in place where it is the workspace's copy
-            mask = masks[layer - 1]
-            if compacted and valid is not None:
-                mask = mask.reshape(steps * batch, width).index_select(0, valid[0]).view(shape)
-            layer_input = layer_input.mul_(mask) if need_grad else layer_input * mask
+        if layer > 0 and masks is not None:  # the workspace keeps the output before dropout
+            layer_input = layer_input * _layer_mask(masks, layer, valid if compacted else None)
         layer_input = boundary(layer_input, "the layer input", shape)
         # With a gradient, a layer below the last writes its output straight into the
         # workspace, where the backward finds it as the next layer's input (no second copy);
@@ -442,10 +445,10 @@ def forward(
             args.c0 = None if c0 is None else _ptr(c0, state)
             args.cn = None if cn is None else _ptr(cn, state)
             args.y = _ptr(y, d * units)
-            if need_grad:
+            if need_grad:  # no hseq: the backward reads each step's state out of the output
                 kept = saved[p]
-                args.ws_gates, args.ws_hprev = _ptr(kept[0]), _ptr(kept[1])
-                args.ws_extra = _ptr(kept[2]) if len(kept) > 2 else None
+                args.ws_gates = _ptr(kept[0])
+                args.ws_extra = _ptr(kept[1]) if len(kept) > 1 else None
             _call("cr_forward", args)
         layer_input = y
         if compacted and not last and valid is not None:  # the next layer's input: valid rows
@@ -461,8 +464,8 @@ def _split(
     """The workspace's views: ``[T, B, w]`` each, or ``[rows, 1, w]`` when it keeps only the
     valid steps' rows (``kept_rows < T*B``)."""
     if kept_rows == steps * batch:
-        return split_workspace(ws, spec, steps, batch)
-    return split_workspace(ws, spec, kept_rows, 1)
+        return split_workspace(ws, spec, steps, batch, hseq=False)
+    return split_workspace(ws, spec, kept_rows, 1, hseq=False)
 
 
 def _compact(call: Call) -> bool:
@@ -472,9 +475,9 @@ def _compact(call: Call) -> bool:
 
 
 def _workspace_numel(spec: RNNSpec, steps: Any, batch: Any) -> Any:
-    """The shared layout's length, plus one element at the end: 0 until a backward has used
-    the workspace (it writes the gates' gradients over the gates), then 1."""
-    return workspace_numel(spec, steps, batch) + 1
+    """The shared layout's length without ``hseq``, plus one element at the end: 0 until a
+    backward has used the workspace (it writes the gates' gradients over the gates), then 1."""
+    return workspace_numel(spec, steps, batch, hseq=False) + 1
 
 
 def _valid_rows(lengths: Tensor | None, steps: int, batch: int) -> tuple[Tensor, Tensor] | None:
@@ -496,6 +499,66 @@ def _gather_rows(layer_input: Tensor, index: Tensor) -> Tensor:
     return boundary(rows, "the valid rows", (int(index.numel()), width))
 
 
+def _layer_mask(masks: Tensor, layer: int, valid: tuple[Tensor, Tensor] | None) -> Tensor:
+    """Dropout's mask on layer ``layer``'s input ``[T, B, w]``, or its valid rows ``[rows, 1,
+    w]`` where the workspace keeps only those (``valid``)."""
+    mask = masks[layer - 1]
+    if valid is None:
+        return mask
+    width = int(mask.shape[-1])
+    return mask.reshape(-1, width).index_select(0, valid[0]).view(-1, 1, width)
+
+
+def _state_before(
+    out: Tensor,
+    h0: Tensor,
+    reverse: int,
+    lengths: Tensor | None,
+    rows: Tensor | None,
+    rowmap: Tensor | None,
+) -> Tensor:
+    """The state each step of one direction started from, read out of that direction's output
+    ``out``: the output at the row's previous step, or ``h0`` at its first; in the workspace's
+    row order, contiguous (the weight gradient's ``h_prev``).
+
+    ``out`` is ``[T, B, H]`` (a view), or ``[rows, 1, H]`` holding only the valid steps' rows
+    where ``rowmap`` (``[T*B]``, each row's place among them) is given. ``rows``: the indices
+    ``t * B + b`` of the rows the workspace keeps (None: all of them, in order). ``lengths``:
+    None where every sequence is full.
+    """
+    units, batch = int(out.shape[-1]), int(h0.shape[0])
+    if lengths is None:  # every row starts at t = 0 (forward) or T - 1 (reverse)
+        prev = torch.empty(out.shape, dtype=out.dtype)
+        if reverse:
+            prev[:-1].copy_(out[1:])
+            prev[-1].copy_(h0)
+        else:
+            prev[1:].copy_(out[:-1])
+            prev[0].copy_(h0)
+        return prev
+    if rows is None:
+        rows = torch.arange(int(out.shape[0]) * batch)
+    t, b = rows // batch, rows % batch
+    before = t + 1 if reverse else t - 1  # the previous step's time (valid where not first)
+    first: Tensor = before >= lengths[b] if reverse else before < 0
+    total = int(rowmap.numel()) if rowmap is not None else int(out.shape[0]) * batch
+    source = (before * batch + b).clamp(0, total - 1)  # a first step's is replaced below
+    if rowmap is not None:
+        source = rowmap[source]
+    prev = out.reshape(-1, units).index_select(0, source.clamp(min=0))
+    starts = first.nonzero().squeeze(1)
+    prev.index_copy_(0, starts, h0.index_select(0, b[starts]))
+    return prev
+
+
+def _release(t: Tensor) -> None:
+    """Gives the whole pages of ``t`` (a contiguous part of the workspace the backward has
+    finished with) back to the OS: the peak of a step falls as the backward goes down."""
+    lib = _library().lib
+    assert lib is not None
+    lib.cr_release(_ptr(t), t.numel() * t.element_size())
+
+
 def backward(
     layout: Layout,
     params: Tensor,
@@ -505,20 +568,23 @@ def backward(
     lengths: Tensor | None,
     masks: Tensor | None,
     ws: Tensor,
+    y: Tensor,
     dy: Tensor,
     dhy: Tensor,
     dcy: Tensor | None,
     need_dx: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward` (``dx``
-    zeros without ``need_dx``: its product is not made)."""
+    """Gradients ``(dparams, dx, dh0, dc0)`` from the workspace of :func:`forward` and its
+    output ``y`` (``dx`` zeros without ``need_dx``: its product is not made)."""
     spec = layout.spec
     steps, batch, units = int(x.shape[0]), int(x.shape[1]), spec.num_units
     dirs = spec.num_dirs
     states = (spec.num_states, batch, units)
     params = boundary(params, "params", (layout.size,))
+    h0 = boundary(h0, "h0", states)
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
+    y = boundary(y, "y", (steps, batch, dirs * units))
     valid = _valid_rows(lengths, steps, batch)
     kept_rows = steps * batch  # the forward kept every row, or (compact) the valid ones
     if valid is not None and ws.numel() == _workspace_numel(spec, int(valid[0].numel()), 1):
@@ -527,8 +593,9 @@ def backward(
     ws = boundary(ws, "workspace", (_workspace_numel(spec, kept_rows, 1),))
     if bool(ws[-1] != 0):
         # A second backward through one call (retain_graph, gradcheck, jacobians): the first
-        # wrote the gates' gradients over the gates, so the forward runs again (the same
-        # inputs and masks: the same workspace, bit for bit).
+        # wrote the gates' gradients over the gates and gave finished parts back to the OS,
+        # so the forward runs again (the same inputs and masks: the same workspace, bit for
+        # bit).
         fresh = forward(layout, params, x, h0, c0, lengths, masks, True, compacted)[3]
         assert fresh is not None
         ws = fresh
@@ -546,15 +613,23 @@ def backward(
     args = _BackwardArgs(
         mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
         threads=torch.get_num_threads(), lengths=_ptr(lengths),
-        dy_st=batch * dirs * units, dy_sb=dirs * units,
+        dy_st=batch * dirs * units, dy_sb=dirs * units, hout_rs=dirs * units,
     )  # fmt: skip
     if compacted and valid is not None:
         args.ws_rows, args.wsmap = kept_rows, _ptr(valid[1])
+    kept_index = valid[0] if compacted and valid is not None else None
+    full_lengths = None if valid is None else lengths  # None: every sequence has T steps
     d_out = boundary(dy, "dy", (steps, batch, dirs * units))
     for layer in reversed(range(spec.num_layers)):
         u = x if layer == 0 else inputs[layer - 1]
         if compacted and layer == 0 and valid is not None:  # the rows the kept ones pair with
             u = x.reshape(steps * batch, -1).index_select(0, valid[0]).view(kept_rows, 1, -1)
+        if layer > 0 and masks is not None:  # the input after dropout, as the forward used it
+            u = u * _layer_mask(masks, layer, valid if compacted else None)
+        # This layer's output: the states each step started from are read out of it.
+        out = y if layer == spec.num_layers - 1 else inputs[layer]
+        out_compact = out is not y and compacted
+        out_map = valid[1] if out_compact and valid is not None else None
         d_in: Tensor | None = None
         for d in range(dirs):
             p = layer * dirs + d
@@ -562,11 +637,13 @@ def backward(
             # The gates' gradients overwrite the gates, and the GRU's dghn its ghn, in place
             # (C reads each row before it writes it; see the check of ws[-1] above).
             dgi = kept[0]
-            dghn = kept[2] if gru else None
+            dghn = kept[1] if gru else None
             args.reverse = d
             args.r = _ptr(weights[p].r)
-            args.gates, args.hprev = _ptr(kept[0]), _ptr(kept[1])
-            args.extra = _ptr(kept[2]) if len(kept) > 2 else None
+            args.gates = _ptr(kept[0])
+            args.extra = _ptr(kept[1]) if len(kept) > 1 else None
+            args.hout, args.hout_compact = _ptr(out, d * units), int(out_compact)
+            args.h0 = _ptr(h0, p * batch * units)
             args.c0 = None if c0 is None else _ptr(c0[p])
             args.dy = _ptr(d_out, d * units)
             args.dhy, args.dh0 = _ptr(dhy[p]), _ptr(dh0[p])
@@ -574,8 +651,18 @@ def backward(
             args.dc0 = None if dc0 is None else _ptr(dc0[p])
             args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
             _call("cr_backward", args)
+            if spec.mode == CUDNN_LSTM:  # the cell states: read by C alone
+                _release(kept[1])
+            own = out[..., d * units : (d + 1) * units]
+            h_prev = _state_before(own, h0[p], d, full_lengths, kept_index, out_map)
+            recurrent_grads(spec, grads[p], h_prev, dgi, dghn)
+            del h_prev  # freed before the input's gradient is made
             want = layer > 0 or need_dx
-            d_in = weight_grads(spec, weights[p], grads[p], u, kept[1], dgi, dghn, d_in, want)
+            d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, want)
+            for part in kept:  # finished with: the gates' gradients (and the GRU's dghn)
+                _release(part)
+        if layer < spec.num_layers - 1:  # this layer's output, read for its states
+            _release(inputs[layer])
         if d_in is None:  # layer 0 and nothing wants the input's gradient
             return dparams, torch.zeros_like(x), dh0, dc0
         if compacted and valid is not None:  # back to [T, B, width]: padded steps' rows are 0
@@ -619,8 +706,8 @@ class Native(WorkspaceEngine):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         s = saved
         return self._backward(
-            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, *grads,
-            need_dx=s.need_dx,
+            call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, s.y,
+            *grads, need_dx=s.need_dx,
         )  # fmt: skip
 
 
