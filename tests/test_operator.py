@@ -421,3 +421,138 @@ def test_a_plain_eager_call_skips_only_the_dispatcher() -> None:
         layer.opaque_kernel.detach(), x, h, None, None, None, *static, 0.0, 0, False, False
     )[0]
     assert torch.equal(direct, via_op)
+
+
+# -- the planned call (a layer's call without state, lengths, dropout or gradient) ------------
+
+
+def _checked(layer: Any, x: torch.Tensor, time_major: bool = True) -> tuple[torch.Tensor, ...]:
+    """The same call through the checked path: zero initial states passed explicitly."""
+    spec = layer._op.spec
+    batch = int(x.shape[1] if time_major else x.shape[0])
+    dtype = layer.opaque_kernel.dtype
+    zeros = tuple(torch.zeros(s, dtype=dtype) for s in layer.state_shape(batch))
+    out, states = layer(x, zeros, time_major=time_major)
+    assert len(states) == (2 if spec.mode == "lstm" else 1)
+    return (out, *states)
+
+
+def _planned(layer: Any, x: torch.Tensor, time_major: bool = True) -> tuple[torch.Tensor, ...]:
+    out, states = layer(x, time_major=time_major)
+    return (out, *states)
+
+
+@pytest.mark.parametrize("mode", list(LAYER_CLASSES))
+@pytest.mark.parametrize(
+    ("layers", "bidi", "skip", "time_major", "dtype"),
+    [
+        (1, False, False, True, torch.float32),
+        (2, True, False, False, torch.float32),
+        (3, True, True, True, torch.float32),
+        (2, False, False, True, torch.float64),
+    ],
+)
+def test_a_planned_call_gives_the_bits_of_the_checked_path(
+    mode: str, layers: int, bidi: bool, skip: bool, time_major: bool, dtype: torch.dtype,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue 21, item 1: a layer's call without state or lengths skips the layer's, the op's
+    and the operator's checks through a plan kept between calls (the same engine by the same
+    rule): the same bits as the checked path, call after call; the checked path runs once."""
+    size = 4 if skip else 5
+    kw = {"input_mode": "skip_input"} if skip else {}
+    layer = _layer(mode, bidi=bidi, layers=layers, size=size, dtype=dtype, dropout=0.5, **kw)
+    layer.eval()  # dropout is not in force
+    checked_calls: list[int] = []
+    real = type(layer._op)._forward
+
+    def spy(*a: Any, **k: Any) -> Any:
+        checked_calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(type(layer._op), "_forward", spy)
+    g = torch.Generator().manual_seed(3)
+    shape = (6, 3, size) if time_major else (3, 6, size)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(shape, generator=g, dtype=dtype)
+            got = _planned(layer, x, time_major)
+            assert checked_calls == []
+            want = _checked(layer, x, time_major)
+            assert len(checked_calls) == 1
+            checked_calls.clear()
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and torch.equal(a, b)
+    assert layer._op._plan is not None
+
+
+def test_a_planned_call_sees_every_write_to_the_weights() -> None:
+    """Nothing derived from the weights is kept between calls, so in-place torch ops, writes
+    through ``.data`` and through a NumPy view, and a new parameter all change the next call
+    exactly as the checked path sees them."""
+    layer = _layer("lstm", bidi=False, layers=1)
+    x = torch.randn(5, 2, 5)
+    with torch.no_grad():
+        first = _planned(layer, x)[0]
+
+        def check() -> torch.Tensor:
+            got = _planned(layer, x)
+            for a, b in zip(got, _checked(layer, x)):
+                assert torch.equal(a, b)
+            assert not torch.equal(got[0], first)
+            return got[0]
+
+        layer.opaque_kernel.mul_(1.5)  # an in-place torch op
+        check()
+        layer.opaque_kernel.data[:7] = 0.25  # through .data
+        check()
+        layer.opaque_kernel.detach().numpy()[10:20] = -0.5  # through a NumPy view
+        check()
+        layer.opaque_kernel = nn.Parameter(layer.opaque_kernel.detach().clone() * 0.5)
+        check()
+
+
+def test_a_planned_call_gives_fresh_outputs_and_falls_back_where_it_must(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outputs are the caller's own (writing the states does not reach the next call);
+    a new shape makes a new plan; gradients, dropout in force and autocast take the checked
+    path; and the engine is the rule table's on every call."""
+    layer = _layer("gru", bidi=True, layers=2, dropout=0.5)
+    x = torch.randn(4, 3, 5)
+    with torch.no_grad():
+        layer.eval()
+        y, (h,) = layer(x)
+        h.fill_(7.0)
+        y.fill_(7.0)
+        again = _planned(layer, x)
+        assert torch.equal(again[1], _checked(layer, x)[1]) and not torch.equal(again[1], h)
+        plan = layer._op._plan
+        _planned(layer, torch.randn(2, 3, 5))
+        assert layer._op._plan is not plan and layer._op._plan.shape == (2, 3, 5)
+        layer.train()  # dropout in force: masks drawn, the counter advanced
+        step = int(layer._dropout_step)
+        layer(x)
+        assert int(layer._dropout_step) == step + 1
+        layer.eval()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer(x)[0].dtype == torch.float32  # the checked path's cast, not bfloat16
+    out = layer(x)[0]  # gradients wanted: the autograd path
+    assert out.requires_grad and out.grad_fn is not None
+    ran: list[str] = []
+    real = engines.engine_for
+
+    def spy(call: Any) -> Any:
+        engine = real(call)
+        ran.append(engine.name)
+        return engine
+
+    monkeypatch.setattr(engines, "engine_for", spy)
+    with torch.no_grad():
+        native_out = _planned(layer, x)
+        monkeypatch.setattr(native, "available", lambda: False)
+        other_out = _planned(layer, x)
+    if cudnn_rnn.cpu_engine().startswith("native"):  # the rule's next engine once it is off
+        assert ran[0] == "native" and ran[1] != "native", ran
+    for a, b in zip(native_out, other_out):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

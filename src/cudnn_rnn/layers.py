@@ -326,6 +326,11 @@ class _CudnnRNN(nn.Module, SpecProperties):
             training = self.training
         kernel = self.opaque_kernel
         op = self._op_for(kernel.dtype)
+        if initial_state is None and sequence_lengths is None:  # the common call, planned
+            planned = op._forward_zero_state(inputs, kernel, training, time_major)
+            if planned is not None:
+                y, h_n, c_n = planned
+                return y, ((h_n, c_n) if c_n is not None else (h_n,))
         spec = op.spec
         n_states = 2 if spec.mode == CUDNN_LSTM else 1
         if initial_state is None:

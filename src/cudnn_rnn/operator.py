@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -54,7 +54,7 @@ from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Saved
 
-__all__ = ["GOLDEN", "rnn"]
+__all__ = ["GOLDEN", "EagerPlan", "planned_call", "rnn"]
 
 #: The odd constant that spaces the per-call dropout seeds (2**64 / golden ratio).
 GOLDEN = 0x9E3779B97F4A7C15
@@ -583,6 +583,81 @@ def _plain_eager(*tensors: Tensor | None) -> bool:
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     return all(t is None or (type(t) in _PLAIN and not wrapped(t)) for t in tensors)
+
+
+class EagerPlan(NamedTuple):
+    """What a layer keeps between its calls without state, lengths, dropout or gradient, to
+    make the next such call with the same kind of input cheaper (see :func:`planned_call`):
+    the call as the rule table sees it and zero initial states (read only, shared by calls)."""
+
+    call: Call
+    shape: torch.Size  # of x as the caller passes it
+    time_major: bool
+    params_shape: tuple[int, ...]
+    h0: Tensor
+    c0: Tensor | None
+
+
+def planned_call(
+    plan: EagerPlan | None, spec: RNNSpec, params: Tensor, x: Any, time_major: bool
+) -> tuple[EagerPlan, tuple[Tensor, Tensor, Tensor | None]] | None:
+    """``(plan, (y, h_n, c_n or None))`` for a call with zero initial states, no lengths and
+    no dropout that only plain eager execution can see and that needs no gradient; None for
+    any other call (the caller then takes the checked path, which also raises every error).
+
+    ``plan`` (the one this returned last time, or None) is used when ``x`` has its shape,
+    dtype, device and ``time_major``, else a new one is made. It saves the caller's checks,
+    the operator's dispatch and the zero states; the engine is still the rule table's for
+    this call, asked on every call, and it computes the same bits as the checked path
+    (tested): the same engine function on the same inputs. Nothing derived from the weights
+    is kept, so every write to them (in place, through ``.data`` or a NumPy view) is seen.
+    """
+    if not (
+        type(x) is Tensor
+        and x.is_contiguous()
+        and params.is_contiguous()
+        and not (torch.is_grad_enabled() and (x.requires_grad or params.requires_grad))
+        and not torch.compiler.is_compiling()
+        and not torch.is_autocast_enabled(x.device.type)
+        and _plain_eager(params, x)
+    ):
+        return None
+    if (
+        plan is None
+        or x.shape != plan.shape
+        or time_major is not plan.time_major
+        or x.dtype != plan.call.dtype
+        or x.device != plan.call.device
+        or params.shape != plan.params_shape
+        or params.dtype != x.dtype
+        or params.device != x.device
+    ):
+        plan = _new_plan(spec, params, x, time_major)
+        if plan is None:
+            return None
+    xt = x if time_major else x.transpose(0, 1).contiguous()
+    call = plan.call
+    out = engines.engine_for(call).forward(call, Inputs(params, xt, plan.h0, plan.c0, None, None))
+    y = out.y.contiguous()
+    cy = out.cy.contiguous() if out.cy is not None else None
+    return plan, ((y if time_major else y.transpose(0, 1)), out.hy.contiguous(), cy)
+
+
+def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> EagerPlan | None:
+    """A plan for calls like this one, or None where the checked path must see it (shapes,
+    dtypes or devices it would refuse, or an empty batch)."""
+    if x.dim() != 3 or x.shape[-1] != spec.input_size or x.dtype != params.dtype:
+        return None
+    steps, batch = (int(x.shape[0]), int(x.shape[1]))
+    if not time_major:
+        steps, batch = batch, steps
+    layout = _layout(static_of(spec))
+    if steps == 0 or batch == 0 or params.shape != (layout.size,) or params.device != x.device:
+        return None
+    call = Call(layout, x.device, x.dtype, steps, batch, False, False, False)
+    h0 = x.new_zeros(spec.num_states, batch, spec.output_units)
+    c0 = x.new_zeros(spec.num_states, batch, spec.num_units) if spec.mode == CUDNN_LSTM else None
+    return EagerPlan(call, x.shape, time_major, params.shape, h0, c0)
 
 
 def rnn(

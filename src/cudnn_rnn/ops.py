@@ -44,7 +44,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties
-from cudnn_rnn.operator import rnn
+from cudnn_rnn.operator import EagerPlan, planned_call, rnn
 from cudnn_rnn.validation import NUMPY_TO_TORCH, check_dtype, check_lengths
 
 __all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
@@ -89,6 +89,7 @@ class _CudnnRNN(SpecProperties):
         self._seed = secrets.randbits(63) if seed is None else seed
         # Counts the calls with dropout: call k draws the masks of seed k (cudnn_rnn.operator).
         self._dropout_step = torch.zeros((), dtype=torch.int64)
+        self._plan: EagerPlan | None = None  # see _forward_zero_state
 
     def _retyped(self, dtype: torch.dtype, owner: str) -> Self:
         """A copy computing in ``dtype`` that names ``owner`` in errors and shares the dropout
@@ -272,6 +273,27 @@ class _CudnnRNN(SpecProperties):
                 c_n,
             )  # fmt: skip
         return (y if time_major else y.transpose(0, 1)), h_n, c_n
+
+    def _forward_zero_state(
+        self, x: Any, params: Tensor, is_training: Any, time_major: Any
+    ) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        """A layer's call without initial state or lengths, as :meth:`_forward` would make it
+        with zero states, through the operator's plan for such calls
+        (:func:`~cudnn_rnn.operator.planned_call`: the same engine, the same bits); None
+        where the plan does not apply (dropout in force, anything :meth:`_forward` would
+        refuse, gradients, compile, autocast, ...), and the caller takes :meth:`_forward`."""
+        if type(is_training) is not bool or type(time_major) is not bool:
+            return None
+        spec = self._spec
+        if (is_training and spec.dropout > 0 and spec.num_layers > 1) or (
+            params.dtype != self._dtype
+        ):
+            return None
+        done = planned_call(self._plan, spec, params, x, time_major)
+        if done is None:
+            return None
+        self._plan, outputs = done
+        return outputs
 
     def _autocast(self, x: Any, h: Any, c: Any, params: Any) -> tuple[Any, Any, Any]:
         """Under ``torch.autocast`` the op computes in its own dtype: inputs are cast to it."""

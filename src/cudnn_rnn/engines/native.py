@@ -401,8 +401,10 @@ def forward(
     compacted = need_grad and kept_rows < steps * batch
     if compacted:
         args.ws_rows, args.wsmap = kept_rows, rowmap
-    base = _ptr(params)  # the blocks' addresses: their offsets in params (no views are made)
-    assert base is not None
+    # Addresses: each tensor's once, its blocks by their offsets (no views are made).
+    base, h0_at, hn_at = _ptr(params), _ptr(h0), _ptr(hn)
+    c0_at, cn_at = _ptr(c0), _ptr(cn)
+    assert base is not None and h0_at is not None and hn_at is not None
     layer_input = x
     for layer in range(spec.num_layers):
         width = spec.input_size if layer == 0 else dirs * units
@@ -418,6 +420,17 @@ def forward(
         direct = need_grad and not last and not compacted
         y = inputs[layer] if direct else x.new_empty(steps, batch, dirs * units)
         y = boundary(y, "y", (steps, batch, dirs * units), output=True)
+        y_at = _ptr(y)
+        assert y_at is not None
+        # What both directions read: the input itself in every gate (skip_input), or the
+        # rows the projection runs over (with lengths: the valid ones).
+        if layout.fused[layer * dirs].w_ih is None:
+            source = layer_input.repeat(1, 1, gates)
+        elif valid is not None and not (compacted and layer > 0):
+            source = _gather_rows(layer_input, valid[0])  # else already the valid rows
+        else:
+            source = layer_input
+        source_at = _ptr(source)
         for d in range(dirs):
             p = layer * dirs + d
             f = layout.fused[p]
@@ -429,22 +442,18 @@ def forward(
             args.bi = base + 4 * f.b_ih.offset
             args.bi2 = None if gru else base + 4 * f.b_hh.offset
             if f.w_ih is None:  # skip_input: the input itself goes into every gate
-                gi = layer_input.repeat(1, 1, gates)
-                args.gi, args.x, args.w, args.rowmap = _ptr(gi), None, None, None
+                args.gi, args.x, args.w, args.rowmap = source_at, None, None, None
             else:
-                rows = layer_input
-                if valid is not None and not (compacted and layer > 0):
-                    rows = _gather_rows(layer_input, valid[0])  # else already the valid rows
-                args.gi, args.x, args.w = None, _ptr(rows), base + 4 * f.w_ih.offset
+                args.gi, args.x, args.w = None, source_at, base + 4 * f.w_ih.offset
                 args.input_size, args.rowmap = width, rowmap
             args.reverse = d
             args.r = base + 4 * f.w_hh.offset
             args.br = base + 4 * f.b_hh.offset if gru else None
-            state = p * batch * units  # where pseudo-layer p's [B, H] state starts
-            args.h0, args.hn = _ptr(h0, state), _ptr(hn, state)
-            args.c0 = None if c0 is None else _ptr(c0, state)
-            args.cn = None if cn is None else _ptr(cn, state)
-            args.y = _ptr(y, d * units)
+            state = 4 * p * batch * units  # where pseudo-layer p's [B, H] state starts
+            args.h0, args.hn = h0_at + state, hn_at + state
+            args.c0 = None if c0_at is None else c0_at + state
+            args.cn = None if cn_at is None else cn_at + state
+            args.y = y_at + 4 * d * units
             if need_grad:  # no hseq: the backward reads each step's state out of the output
                 kept = saved[p]
                 args.ws_gates = _ptr(kept[0])
