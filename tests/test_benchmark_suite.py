@@ -188,7 +188,10 @@ def test_quick_run_writes_a_consistent_report(tmp_path: Path) -> None:
     assert b1["bound"] == pytest.approx(4 * 4 * 4 * 4 / b1["cache_bandwidth"])
     bandwidth = f"{b1['cache_bandwidth'] / 1e9:.0f} GB/s"
     ratio = b1["inference"][bench.OURS] / b1["bound"]
-    assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x) |" in md
+    # ... and, past the first step, ours per step over the bound's share of one step.
+    step = b1["step"] / (b1["bound"] / 4)
+    assert f"| {b1['bound'] * 1e3:.3g} at {bandwidth} ({ratio:.1f}x); a step {step:.1f}x |" in md
+    assert record["rows"][4]["step"] is None  # the tiny row: one step, nothing past it
     assert all(r["bound"] is None for i, r in enumerate(record["rows"]) if i not in (2, 4, 5))
     # Every group has its heading; memory probes ran for the training row only.
     for title in ("The issue's shapes", "Serving shapes", "A stream of batches"):
@@ -226,7 +229,8 @@ def test_targets_mark_each_target_met_or_not(monkeypatch: pytest.MonkeyPatch) ->
     big = BY_NAME["lstm-100x64x512"]
     peak = big.forward_flops() / 1.0  # ours at 1 s is 100% of this peak
     b1 = _row(BY_NAME["lstm-serve-25x1x256"], {ours: 1.0, nn: 1.0}, {})  # 1.00: met
-    b1.bound = 0.4  # ours / bound 2.5: not met
+    b1.bound = 0.4  # ours / bound 2.5, and a step past the first:
+    b1.step = 2.5 * 0.4 / 25  # 2.5x the bound's step: not met
     rows = [
         _row(BY_NAME["lstm-100x16x256"], {ours: 0.7, nn: 1.0, ort: 1.0}, {}),  # 0.70: met
         _row(BY_NAME["gru-serve-25x64x256"], {ours: 5.0, nn: 1.0}, {}),  # B = 64: no target
@@ -250,7 +254,9 @@ def test_targets_mark_each_target_met_or_not(monkeypatch: pytest.MonkeyPatch) ->
     assert "**met**" in b8 and "0.70 (lstm-100x16x256)" in b8
     b1_line = by_text["Inference, B = 1 (issue and serving shapes): ours / fastest peer <= 1.00"]
     assert "**met**" in b1_line and "tiny" not in b1_line
-    bound = by_text["Inference, B = 1: ours / weight-read bound <= 2.0"]
+    bound = by_text[
+        "Inference, B = 1: a step (past the first) / the weight-read bound's step <= 2.0"
+    ]
     assert why in bound and "2.50 (lstm-serve-25x1x256)" in bound
     assert "**met**" in by_text["Inference, large shapes: ours / fastest peer <= 1.00"]
     assert why in by_text["Inference, the stream: ours / fastest peer <= 0.85"]
@@ -387,7 +393,8 @@ def test_the_inference_table_has_one_column_per_implementation(tmp_path: Path) -
     assert header.split(" | ")[1:-3] == [bench.OURS, *bench.PEERS]
     assert header.endswith(
         "| ours / fastest peer | ours GFLOP/s (% of peak) "
-        "| B = 1: weight-read bound ms at cache bandwidth (ours / bound) |"
+        "| B = 1: weight-read bound ms at cache bandwidth "
+        "(ours / bound; a step past the first / the bound's step) |"
     )
     row = next(line for line in md.splitlines() if line.startswith(f"| {shape.label} |"))
     assert row.count("|") == header.count("|")
