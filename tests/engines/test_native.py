@@ -37,6 +37,7 @@ from tests.support.helpers import (
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LEVELS = native.level_names()
+RELEASE_FLOATS = native.RELEASE_BYTES // 4
 
 
 def test_engine_is_built_where_a_compiler_is() -> None:
@@ -512,7 +513,7 @@ def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     buf = torch.full((4096 * page,), 7.0)  # 16 MiB with 4 KiB pages
     part = buf[page // 2 + 3 : 2560 * page + 5]  # starts and ends mid-page
     before = _rss_kib()
-    native._release(part)
+    native._release(part)  # 10 MiB: above RELEASE_BYTES
     after = _rss_kib()
     start, end = part.data_ptr(), part.data_ptr() + 4 * part.numel()
     first, last = -(-start // size) * size, end // size * size  # the whole pages within it
@@ -523,8 +524,15 @@ def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     assert torch.all(buf[~inside] == 7.0)
     if before is not None and after is not None:
         assert before - after >= 2000 * size // 1024  # most of the 2559 pages left
-    native._release(buf[:5])  # less than a page: nothing to give back, nothing touched
+    native._release(buf[:5])  # below RELEASE_BYTES: nothing given back, nothing touched
     assert torch.all(buf[:5] == 7.0)
+    small = torch.full((RELEASE_FLOATS // 2,), 7.0)
+    native._release(small)
+    assert torch.all(small == 7.0)
+    lib = native._library().lib
+    assert lib is not None
+    lib.cr_release(buf.data_ptr() + 3, 100)  # less than a page: nothing to give back
+    assert torch.all(buf[1:30] == 7.0)
 
 
 def _rss_kib() -> int | None:
@@ -537,11 +545,11 @@ def _rss_kib() -> int | None:
 
 @needs_engine
 @pytest.mark.parametrize("mode", MODES)
-def test_gradients_with_released_parts_and_a_second_backward(mode: str) -> None:
-    """Large enough that every part of the workspace spans whole pages, so the backward gives
-    them back as it goes: 3 layers, bidirectional, dropout and lengths, the forward's output
-    used for the states; the gradients equal the loop engine's (which keeps every state), and
-    a second backward (retain_graph) gives the first's bits."""
+def test_gradients_of_a_deep_stack_with_dropout_lengths_and_a_second_backward(mode: str) -> None:
+    """3 layers, bidirectional, dropout and lengths: the backward reads the states each step
+    started from out of the forward's outputs (the LSTM's into its cell states' place); the
+    gradients equal the loop engine's (which keeps every state), and a second backward
+    (retain_graph) gives the first's bits."""
     from cudnn_rnn.layers import LAYER_CLASSES
 
     torch.manual_seed(11)

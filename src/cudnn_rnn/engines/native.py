@@ -22,10 +22,10 @@ slot, before dropout, as the next layer's input), or ``h0`` at a row's first ste
 lengths, an eager training call keeps only the valid steps' rows, in order (``[rows, 1, w]``
 views; C finds them through a row map), a traced one every row (:func:`_compact`). The
 backward writes the gates' gradients over the gates (and the GRU's ``dghn`` over ``ghn``), so
-it needs no second buffer of that size, and gives each part back to the OS (``madvise``) once
-it has finished with it, so a step's peak falls as the backward goes down the layers; a
-second backward through the same call (``retain_graph``, gradcheck) sees the last element set
-and runs the forward again first.
+it needs no second buffer of that size, the LSTM's states for ``dR`` over its cell states
+once C has read them, and gives the large parts of a layer above the first back to the OS
+once it has finished with them (:func:`_release`); a second backward through the same call
+(``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
 depend on the number of threads, and repeat exactly; the products around them are oneDNN's
@@ -525,6 +525,7 @@ def _state_before(
     lengths: Tensor | None,
     rows: Tensor | None,
     rowmap: Tensor | None,
+    into: Tensor | None = None,
 ) -> Tensor:
     """The state each step of one direction started from, read out of that direction's output
     ``out``: the output at the row's previous step, or ``h0`` at its first; in the workspace's
@@ -533,11 +534,12 @@ def _state_before(
     ``out`` is ``[T, B, H]`` (a view), or ``[rows, 1, H]`` holding only the valid steps' rows
     where ``rowmap`` (``[T*B]``, each row's place among them) is given. ``rows``: the indices
     ``t * B + b`` of the rows the workspace keeps (None: all of them, in order). ``lengths``:
-    None where every sequence is full.
+    None where every sequence is full. ``into``: a contiguous buffer of the result's size to
+    write it to (a part of the workspace nothing reads any more), else a new tensor.
     """
     units, batch = int(out.shape[-1]), int(h0.shape[0])
     if lengths is None:  # every row starts at t = 0 (forward) or T - 1 (reverse)
-        prev = torch.empty(out.shape, dtype=out.dtype)
+        prev = torch.empty(out.shape, dtype=out.dtype) if into is None else into.view(out.shape)
         if reverse:
             prev[:-1].copy_(out[1:])
             prev[-1].copy_(h0)
@@ -554,18 +556,33 @@ def _state_before(
     source = (before * batch + b).clamp(0, total - 1)  # a first step's is replaced below
     if rowmap is not None:
         source = rowmap[source]
-    prev = out.reshape(-1, units).index_select(0, source.clamp(min=0))
+    flat = out.reshape(-1, units)
+    if into is None:
+        prev = flat.index_select(0, source.clamp(min=0))
+    else:
+        prev = torch.index_select(flat, 0, source.clamp(min=0), out=into.view(-1, units))
     starts = first.nonzero().squeeze(1)
     prev.index_copy_(0, starts, h0.index_select(0, b[starts]))
     return prev
 
 
-def _release(t: Tensor) -> None:
-    """Gives the whole pages of ``t`` (a contiguous part of the workspace the backward has
-    finished with) back to the OS: the peak of a step falls as the backward goes down."""
+#: The smallest part of the workspace the backward gives back to the OS (see :func:`_release`).
+RELEASE_BYTES = 1 << 20
+
+
+def _release(part: Tensor) -> None:
+    """Gives the whole pages of ``part`` (a contiguous part of the workspace the backward has
+    finished with) back to the OS, where that lowers the step's peak for what is still to
+    come. The workspace tensor lives until the backward returns (the autograd node holds it),
+    so this is the only way to free it as the backward goes down the layers. It is not free:
+    a syscall, and the pages fault in again wherever the allocator hands the memory out next;
+    so only parts of at least :data:`RELEASE_BYTES`, and only while a lower layer is still to
+    come (a single layer's backward ends with its own products)."""
+    if part.numel() * part.element_size() < RELEASE_BYTES:
+        return
     lib = _library().lib
     assert lib is not None
-    lib.cr_release(_ptr(t), t.numel() * t.element_size())
+    lib.cr_release(_ptr(part), part.numel() * part.element_size())
 
 
 def backward(
@@ -602,9 +619,9 @@ def backward(
     ws = boundary(ws, "workspace", (_workspace_numel(spec, kept_rows, 1),))
     if bool(ws[-1] != 0):
         # A second backward through one call (retain_graph, gradcheck, jacobians): the first
-        # wrote the gates' gradients over the gates and gave finished parts back to the OS,
-        # so the forward runs again (the same inputs and masks: the same workspace, bit for
-        # bit).
+        # wrote the gates' gradients over the gates (and the LSTM's states over its cell
+        # states), so the forward runs again (the same inputs and masks: the same workspace,
+        # bit for bit).
         fresh = forward(layout, params, x, h0, c0, lengths, masks, True, compacted)[3]
         assert fresh is not None
         ws = fresh
@@ -612,7 +629,9 @@ def backward(
     # saved workspace would then refuse)
     dhy = boundary(dhy, "dh_n", states)
     dcy = boundary(dcy, "dc_n", states) if dcy is not None else None
-    saved, inputs = _split(ws, spec, steps, batch, kept_rows)
+    # Views of .data: what the backward writes over (the gates' gradients, the LSTM's states)
+    # must not move the saved workspace's version, as C's writes do not.
+    saved, inputs = _split(ws.data, spec, steps, batch, kept_rows)
     weights = pseudo_layers(layout, params)
     dparams = torch.empty_like(params)  # every stored block is written below
     grads = pseudo_layers(layout, dparams)
@@ -660,17 +679,21 @@ def backward(
             args.dc0 = None if dc0 is None else _ptr(dc0[p])
             args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
             _call("cr_backward", args)
-            if spec.mode == CUDNN_LSTM:  # the cell states: read by C alone
-                _release(kept[1])
+            # The states each step started from, for dR: the LSTM's cell states were read by
+            # C alone, so they go there (no buffer at the peak); else a transient, freed
+            # before the input's gradient is made.
             own = out[..., d * units : (d + 1) * units]
-            h_prev = _state_before(own, h0[p], d, full_lengths, kept_index, out_map)
+            into = kept[1] if spec.mode == CUDNN_LSTM else None
+            h_prev = _state_before(own, h0[p], d, full_lengths, kept_index, out_map, into)
             recurrent_grads(spec, grads[p], h_prev, dgi, dghn)
-            del h_prev  # freed before the input's gradient is made
+            del h_prev
+            if layer > 0 and len(kept) > 1:  # finished with: the states, or the GRU's dghn
+                _release(kept[1])
             want = layer > 0 or need_dx
             d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, want)
-            for part in kept:  # finished with: the gates' gradients (and the GRU's dghn)
-                _release(part)
-        if layer < spec.num_layers - 1:  # this layer's output, read for its states
+            if layer > 0:  # and the gates' gradients
+                _release(kept[0])
+        if 0 < layer < spec.num_layers - 1:  # this layer's output, read for its states
             _release(inputs[layer])
         if d_in is None:  # layer 0 and nothing wants the input's gradient
             return dparams, torch.zeros_like(x), dh0, dc0
