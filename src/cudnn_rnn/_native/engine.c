@@ -33,7 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CR_ABI_VERSION 9
+#define CR_ABI_VERSION 10
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -57,9 +57,9 @@ typedef struct {
     float *y; /* output: element (t, b, u) at y[t*y_st + b*y_sb + u] */
     int64_t y_st, y_sb;
     float *hn, *cn;
-    /* NULL for inference; ws_hprev (the state each step started from) may be NULL with the
-     * others given: the native engine reads it out of the layer's output instead (ABI 9). */
-    float *ws_gates, *ws_hprev, *ws_extra;
+    /* NULL for inference. The state each step started from is not kept (ABI 10): the
+     * backward reads it out of the layer's output. */
+    float *ws_gates, *ws_extra;
     /* Instead of gi: the input x [T*B, input_size] (C-contiguous rows in time order) and W
      * [G*H, input_size]; the library makes the projection itself. */
     const float *x, *w;

@@ -83,7 +83,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 9
+ABI_VERSION = 10
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -107,7 +107,7 @@ class _ForwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
-        "*hn *cn *ws_gates *ws_hprev *ws_extra *x *w input_size *bi2 rows *rowmap ws_rows *wsmap"
+        "*hn *cn *ws_gates *ws_extra *x *w input_size *bi2 rows *rowmap ws_rows *wsmap"
     )
 
 
