@@ -52,7 +52,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Saved
+from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Outputs, Saved
 
 __all__ = ["GOLDEN", "EagerPlan", "planned_call", "rnn"]
 
@@ -284,7 +284,13 @@ def _eager_forward(
         params, x, lengths, dropout_step, static, dropout, seed, False, False
     )
     out = engine.forward(call, _inputs(params, x, h0, c0, lengths, masks))
-    cy = out.cy.contiguous() if out.cy is not None and c0 is not None else None
+    return _finished(out, c0 is not None)
+
+
+def _finished(out: Outputs, has_c: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """What an eager caller without gradient gets of an engine's outputs: ``(y, h_n, c_n)``,
+    contiguous; ``c_n`` None where the call has no cell state (``has_c``)."""
+    cy = out.cy.contiguous() if out.cy is not None and has_c else None
     return out.y.contiguous(), out.hy.contiguous(), cy
 
 
@@ -638,9 +644,8 @@ def planned_call(
     xt = x if time_major else x.transpose(0, 1).contiguous()
     call = plan.call
     out = engines.engine_for(call).forward(call, Inputs(params, xt, plan.h0, plan.c0, None, None))
-    y = out.y.contiguous()
-    cy = out.cy.contiguous() if out.cy is not None else None
-    return plan, ((y if time_major else y.transpose(0, 1)), out.hy.contiguous(), cy)
+    y, hy, cy = _finished(out, plan.c0 is not None)
+    return plan, ((y if time_major else y.transpose(0, 1)), hy, cy)
 
 
 def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> EagerPlan | None:
