@@ -108,18 +108,28 @@ def _grid() -> list[tuple[Any, ...]]:
     return cases
 
 
+#: The forward's two ways of making a product (both matrices forced one way) and the rule.
+WAYS = ("rule", "packed", "in_place")
+
+
 @needs_engine
 @pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("case", _grid(), ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize(
     # (T, B, input, units): ones; tails of every vector width; two threads and several row
-    # blocks of the micro-kernel (B > 6) with a partial last vector (units 40).
+    # blocks of the micro-kernel (B > 6) with a partial last vector (units 40); one sequence
+    # with dot products longer than a vector of 16 and a tail (input 35, units 21).
     "sizes",
-    [(1, 1, 1, 1), (5, 3, 2, 19), (4, 13, 7, 40)],
-    ids=["ones", "tails", "threads"],
+    [(1, 1, 1, 1), (5, 3, 2, 19), (4, 13, 7, 40), (3, 1, 35, 21)],
+    ids=["ones", "tails", "threads", "dot-tails"],
 )
 def test_every_isa_matches_oracle(
-    level: str, case: tuple[Any, ...], sizes: tuple[int, int, int, int], count_native: list[str]
+    level: str,
+    way: str,
+    case: tuple[Any, ...],
+    sizes: tuple[int, int, int, int],
+    count_native: list[str],
 ) -> None:
     mode, layers, direction, input_mode, varlen, time_major = case
     steps, batch, in_size, units = sizes
@@ -128,7 +138,7 @@ def test_every_isa_matches_oracle(
     spec = RNNSpec(mode, layers, units, in_size, input_mode, direction)
     c = make_case(spec, steps, batch, seed=zlib.crc32(repr(case).encode()), varlen=varlen,
                   time_major=time_major)  # fmt: skip
-    with native.use_level(level):
+    with native.use_level(level), native.use_products(way, way):
         assert_matches_oracle(c, torch.float32, atol=1e-5, rtol=1e-5, requires_grad=True)
     assert count_native == ["forward"]
 
@@ -162,10 +172,16 @@ def _run(engine: Any, problem: tuple[Any, ...]) -> list[torch.Tensor]:
 
 
 @needs_engine
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("mode", MODES)
-def test_same_bits_every_call_every_thread_count_avx2_and_avx512(mode: str) -> None:
+def test_same_bits_every_call_every_thread_count_avx2_and_avx512(mode: str, way: str) -> None:
     """The claims of the docs: repeatable, independent of the threads (count, pool); AVX-512 ==
-    AVX2 (both contract to FMA)."""
+    AVX2 (both contract to FMA); for the packed products and the dot products alike."""
+    with native.use_products(way, way):
+        _same_bits_every_way(mode)
+
+
+def _same_bits_every_way(mode: str) -> None:
     problem = _problem(mode)
     threads = torch.get_num_threads()
     reference = _run(native, problem)
@@ -460,24 +476,70 @@ def test_library_backward_refuses_bad_strides_and_lengths() -> None:
 
 
 @needs_engine
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("mode", MODES)
-def test_a_padded_batch_gives_each_sequence_the_bits_it_has_alone(mode: str) -> None:
+def test_a_padded_batch_gives_each_sequence_the_bits_it_has_alone(mode: str, way: str) -> None:
     """With lengths, the input projection and the steps skip padded rows: each sequence's
-    outputs and final state are bitwise those of the same sequence run alone, unpadded."""
+    outputs and final state are bitwise those of the same sequence run alone, unpadded, when
+    both make their products the same way. By rule a sequence alone reads the weights in
+    place and the batch packs them (in another order of the sums): then they agree to
+    float32 rounding."""
     from cudnn_rnn.layers import LAYER_CLASSES
 
     torch.manual_seed(5)
     layer = LAYER_CLASSES[mode](2, 24, direction="bidirectional", input_size=7)
-    lengths = [9, 3, 7, 1, 9]
-    x = torch.randn(9, len(lengths), 7)
-    with torch.no_grad():
+    lengths = [9, 3, 7, 1, 9, 30, 30, 30]  # the projection's rows: 119, then 2 * 24 wide
+    x = torch.randn(30, len(lengths), 7)
+    same = torch.equal if way != "rule" else lambda a, b: torch.allclose(a, b, atol=1e-6)
+    with torch.no_grad(), native.use_products(way, way):
         out, states = layer(x, sequence_lengths=lengths)
         for b, n in enumerate(lengths):
             alone, alone_states = layer(x[:n, b : b + 1])
-            assert torch.equal(out[:n, b : b + 1], alone)
+            assert same(out[:n, b : b + 1], alone)
             assert bool((out[n:, b] == 0).all())
             for s, a in zip(states, alone_states):
-                assert torch.equal(s[:, b : b + 1], a)
+                assert same(s[:, b : b + 1], a)
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> None:
+    """The rule (docs/design_notes.md): R in place for a batch of one, packed above; W in
+    place for a projection of at most 128 rows (with lengths: the valid ones), packed above.
+    Each call gives bitwise what forcing that way gives, and the ways differ (so the test
+    sees which ran)."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    assert native.in_place_limits() == (1, 128)
+    torch.manual_seed(3)
+    layer = LAYER_CLASSES[mode](1, 40, input_size=24)
+
+    def run(batch: int, steps: int, lengths: list[int] | None = None, r: str = "rule",
+            w: str = "rule") -> torch.Tensor:  # fmt: skip
+        g = torch.Generator().manual_seed(batch * 1000 + steps)
+        x = torch.randn(steps, batch, 24, generator=g)
+        with torch.no_grad(), native.use_products(r, w):
+            return layer(x, sequence_lengths=lengths)[0]
+
+    for batch, steps, lengths, expected in (
+        (1, 128, None, ("in_place", "in_place")),
+        (1, 129, None, ("in_place", "packed")),
+        (2, 64, None, ("packed", "in_place")),
+        (2, 65, None, ("packed", "packed")),
+        (3, 60, [60, 60, 8], ("packed", "in_place")),  # 128 valid rows of 180
+        (3, 60, [60, 60, 9], ("packed", "packed")),
+    ):
+        by_rule = run(batch, steps, lengths)
+        assert torch.equal(by_rule, run(batch, steps, lengths, *expected))
+        other = tuple("packed" if e == "in_place" else "in_place" for e in expected)
+        for forced in ((other[0], expected[1]), (expected[0], other[1])):
+            assert not torch.equal(by_rule, run(batch, steps, lengths, *forced))
+            torch.testing.assert_close(by_rule, run(batch, steps, lengths, *forced))
+
+
+def test_use_products_refuses_unknown_ways() -> None:
+    with pytest.raises(ValueError, match=r"use_products: w must be one of .*got 'fast'"):
+        native.use_products("rule", "fast")
 
 
 @needs_engine
@@ -632,12 +694,14 @@ def test_same_bits_on_up_to_sixteen_threads(mode: str) -> None:
     problem = (layout, params, x, h0, c0, torch.tensor([4, 1, 3]))
     threads = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        reference = _run(native, problem)
-        for n in (4, 8, 16):
-            torch.set_num_threads(n)
-            result = _run(native, problem)
-            assert all(torch.equal(a, b) for a, b in zip(reference, result)), n
+        for way in WAYS:
+            with native.use_products(way, way):
+                torch.set_num_threads(1)
+                reference = _run(native, problem)
+                for n in (4, 8, 16):
+                    torch.set_num_threads(n)
+                    result = _run(native, problem)
+                    assert all(torch.equal(a, b) for a, b in zip(reference, result)), (way, n)
     finally:
         torch.set_num_threads(threads)
 

@@ -15,8 +15,9 @@
  *
  * Design (DeepCPU, Zhang et al., USENIX ATC 2018): a persistent team of threads, each owning a
  * slice of the hidden units with all gates' rows of R for them, packed once per call into its
- * own buffer (so they stay in that core's cache for the whole sequence); the gate math runs on
- * the slice right after its product; one barrier per time step. No torch headers: only
+ * own buffer (so they stay in that core's cache for the whole sequence), or read in place when
+ * a batch of one makes the packing cost more than it saves (see in_place_r); the gate math runs
+ * on the slice right after its product; one barrier per time step. No torch headers: only
  * pointers, sizes and strides cross the boundary (cr_*_args below, mirrored in native.py).
  *
  * The instruction set is chosen at run time (AVX-512, AVX2 + FMA, the x86-64 baseline; plain C
@@ -33,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CR_ABI_VERSION 10
+#define CR_ABI_VERSION 11
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -183,6 +184,39 @@ static void barrier_wait(shared_t *sh) {
     }
 }
 
+/* The forward's products by rule. A weight matrix is read where it is (dot products, kernel.inc's
+ * dot_gemm) when few rows multiply it, and packed into each thread's scratch first otherwise:
+ * packing costs several products of one row (a transpose through memory), and pays off only
+ * when the packed copy serves enough rows. R serves the batch at every step: in place when the
+ * call's batch is at most CR_IN_PLACE_BATCH. W serves the projection's rows once: in place when
+ * they are at most CR_IN_PLACE_ROWS. The two ways sum in different orders, so the rules look
+ * at the call's sizes alone (never at the rows still active at a step): a call gives the same
+ * bits every time. cr_set_products forces either way (tests and benchmarks compare them). */
+#define CR_IN_PLACE_BATCH 1
+#define CR_IN_PLACE_ROWS 128
+static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1: in place */
+
+static inline int in_place_r(int64_t batch) {
+    int forced = atomic_load(&forced_r);
+    return forced >= 0 ? forced : batch <= CR_IN_PLACE_BATCH;
+}
+
+static inline int in_place_w(int64_t rows) {
+    int forced = atomic_load(&forced_w);
+    return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS;
+}
+
+int cr_in_place_batch(void) { return CR_IN_PLACE_BATCH; }
+int cr_in_place_rows(void) { return CR_IN_PLACE_ROWS; }
+
+/* For R and for W: -1 restores the rule, 0 packs, 1 reads in place, for every call. */
+int cr_set_products(int r, int w) {
+    if (r < -1 || r > 1 || w < -1 || w > 1) return -1;
+    atomic_store(&forced_r, r);
+    atomic_store(&forced_w, w);
+    return 0;
+}
+
 typedef void (*forward_fn)(const cr_forward_args *, const slice_t *, shared_t *);
 typedef void (*backward_fn)(const cr_backward_args *, const slice_t *, shared_t *);
 typedef struct {
@@ -202,11 +236,13 @@ typedef struct {
 #define VEC 16
 #define MR 6
 #define NV 4
+#define DMB 6
 #include "kernel.inc"
 #undef ISA
 #undef VEC
 #undef MR
 #undef NV
+#undef DMB
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -215,11 +251,13 @@ typedef struct {
 #define VEC 8
 #define MR 4
 #define NV 3
+#define DMB 2
 #include "kernel.inc"
 #undef ISA
 #undef VEC
 #undef MR
 #undef NV
+#undef DMB
 #pragma GCC pop_options
 #define CR_HAVE_X86 1
 #endif
@@ -228,11 +266,13 @@ typedef struct {
 #define VEC 4
 #define MR 4
 #define NV 3
+#define DMB 2
 #include "kernel.inc"
 #undef ISA
 #undef VEC
 #undef MR
 #undef NV
+#undef DMB
 
 /* Levels: 0 baseline, 1 AVX2 + FMA, 2 AVX-512. */
 static int supported_level(void) {

@@ -2,9 +2,12 @@
 
 Per pseudo-layer the C library, on the tensors' data pointers, runs ``torch.get_num_threads()``
 threads (torch's own OpenMP threads), each owning a slice of the hidden units with all gates'
-rows of ``W`` and ``R`` for them (packed into its cache once per call): it makes its slice of
-the input projection of all steps (``x @ W^T`` over ``T*B`` rows), then the time loop with the
-gate math fused after each step's product, one barrier per step. The backward loop does the
+rows of ``W`` and ``R`` for them: it makes its slice of the input projection of all steps
+(``x @ W^T`` over ``T*B`` rows), then the time loop with the gate math fused after each step's
+product, one barrier per step. Each matrix is packed into the thread's scratch once per call, or
+read where it is with dot products when few rows multiply it (R for a batch of one, W for a
+projection of at most 128 rows; :func:`in_place_limits`), since packing costs several products
+of one row. The backward loop does the
 same in reverse, and the weight gradients over all steps are products that reduce over the
 rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: oneDNN's where torch has it,
 by rule).
@@ -28,7 +31,9 @@ once it has finished with them (:func:`_release`); a second backward through the
 (``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
 
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
-depend on the number of threads, and repeat exactly; the products around them are oneDNN's
+depend on the number of threads, and repeat exactly (the packed and the in-place products sum
+in different orders, and the rule picks one from the call's sizes, so a sequence run alone gets
+bits that differ in the last place from those it gets in a larger batch); the products around them are oneDNN's
 or torch's (they repeat exactly too, and gave the same bits on 1 to 16 threads here). AVX-512
 and AVX2 give the same bits (both contract to FMA); the x86-64 baseline may differ in the last
 place.
@@ -73,9 +78,11 @@ __all__ = [
     "backward",
     "describe",
     "forward",
+    "in_place_limits",
     "level_names",
     "supports",
     "use_level",
+    "use_products",
 ]
 
 NAME = "native"
@@ -83,7 +90,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 10
+ABI_VERSION = 11
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -243,6 +250,50 @@ class use_level:
         lib = _library().lib
         assert lib is not None
         lib.cr_set_level(-1)
+
+
+def in_place_limits() -> tuple[int, int]:
+    """The forward's rule: R is read in place up to this batch, W up to this many rows.
+
+    Above them each thread packs the matrix into its scratch first (docs/design_notes.md,
+    "Packed or in place"); ``(0, 0)`` when the engine is not loaded.
+    """
+    lib = _library().lib
+    if lib is None:
+        return (0, 0)
+    return (int(lib.cr_in_place_batch()), int(lib.cr_in_place_rows()))
+
+
+#: :class:`use_products` choices and the C library's codes for them.
+PRODUCTS = {"rule": -1, "packed": 0, "in_place": 1}
+
+
+class use_products:
+    """Context manager: the forward's products on R and on W one way for every call (tests, A/B).
+
+    ``"rule"`` (the default) keeps :func:`in_place_limits`' rule; ``"packed"`` packs the matrix
+    into each thread's scratch first; ``"in_place"`` reads it where it is with dot products. The
+    two sum in different orders, so they agree to rounding, not bitwise.
+    """
+
+    def __init__(self, r: str = "rule", w: str = "rule") -> None:
+        for name, choice in (("r", r), ("w", w)):
+            if choice not in PRODUCTS:
+                raise ValueError(
+                    f"use_products: {name} must be one of {sorted(PRODUCTS)}, got {choice!r}"
+                )
+        self.codes = (PRODUCTS[r], PRODUCTS[w])
+
+    def __enter__(self) -> use_products:
+        lib = _library().lib
+        assert lib is not None
+        lib.cr_set_products(*self.codes)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        lib = _library().lib
+        assert lib is not None
+        lib.cr_set_products(-1, -1)
 
 
 def library_path() -> str | None:
