@@ -33,9 +33,12 @@ Peers (each skipped, with a note, when it is not installed):
 * OpenVINO (``Core().compile_model(path, "CPU")``) running the same file as onnxruntime's
   first peer, with ``INFERENCE_PRECISION_HINT`` f32: on CPUs with bf16 instructions its default
   is bf16, which computes something else (differences of 1e-2 on tiny shapes).
-  The runtimes run in a fresh process per shape, one after another, each session released
-  before the next is made: a default onnxruntime session keeps its threads spinning after a
-  run, which starved whatever ran next in the same process (torch.nn ran up to 10x slower).
+  Each runtime runs in a process of its own (a default onnxruntime session keeps its threads
+  spinning after a run, which starved whatever ran next in the same process: torch.nn ran up
+  to 10x slower), timed on command block by block in turn with ours and the other peers, and
+  pausing 0.1 s after each of its blocks so that its threads stop spinning before the next
+  one (``cudnn_rnn.bench.RemotePeer``): every ratio compares blocks run within the same
+  second or so, which matters on a shared machine whose speed drifts by 1.5x over minutes.
   Variable lengths reach them as ``sequence_lens``. Each peer's output is compared with ours
   over the valid steps (``max_abs_diff`` in the JSON); where they differ by more than 1e-4 the
   notes say so, and also where a runtime leaves values that are not 0 past a sequence's length
@@ -795,8 +798,8 @@ def report(
         "Written by `make bench` (`python benchmarks/suite.py --out docs`, the suite in "
         "`benchmarks/suite.py`); "
         "the method is in that module's docstring. Times are milliseconds per call, medians "
-        "of alternating blocks in one process (onnxruntime and OpenVINO: in a fresh process per "
-        "shape). Ratios below 1 mean we are faster.",
+        "of alternating blocks (onnxruntime and OpenVINO each in a process of its own, its "
+        "blocks in turn with ours). Ratios below 1 mean we are faster.",
         "",
         f"Device: **{device}**. Matmul peak (the best float32 rate over the products the "
         "module docstring lists, torch's and onnxruntime's): "

@@ -197,6 +197,76 @@ def test_other_dtypes_meet_torch_nn_only() -> None:
     assert result.notes == ["onnxruntime, OpenVINO and Keras: compared on float32 models only"]
 
 
+def _remote(tmp_path: Path, model: str | None = None) -> bench.RemotePeer:
+    """onnxruntime on a small LSTM's export (or on the file ``model``), in its own process."""
+    pytest.importorskip("onnxruntime")
+    layer = cudnn_rnn.CudnnLSTM(1, 4, input_size=3, seed=0)
+    batches = bench.random_batches(2, 3, [5])
+    path = str(tmp_path / "m.onnx")
+    if model is None:
+        convert.to_onnx(layer, path)
+    else:
+        Path(path).write_text(model)
+    with torch.no_grad():
+        want = layer(torch.from_numpy(batches[0][0]))[0].numpy()
+    np.savez(tmp_path / "in.npz", x0=batches[0][0])
+    np.savez(tmp_path / "want.npz", want)
+    return bench.RemotePeer(
+        bench.ORT_OURS, path, "X", str(tmp_path / "in.npz"), str(tmp_path / "want.npz")
+    )
+
+
+def test_a_runtime_in_its_own_process_is_timed_on_command(tmp_path: Path) -> None:
+    remote = _remote(tmp_path)
+    try:
+        remote.ready()
+        assert remote.max_abs_diff < 1e-6 and remote.max_abs_padding == 0.0
+        assert remote.warm(0.0) > 0
+        assert remote.block(3) > 0
+    finally:
+        remote.close()
+    assert remote._proc.returncode == 0  # it left on "quit"
+
+
+def test_a_runtime_that_refuses_its_model_or_dies_says_why(tmp_path: Path) -> None:
+    remote = _remote(tmp_path, model="not an onnx file")
+    with pytest.raises(bench.RemotePeerError, match=r"^onnxruntime \(our export\): \w+"):
+        remote.ready()
+    remote.close()
+    remote = _remote(tmp_path)
+    try:
+        remote.ready()
+        remote._proc.kill()
+        with pytest.raises(bench.RemotePeerError, match="its process ended"):
+            remote.block(1)
+    finally:
+        remote.close()
+
+
+def test_the_runtimes_alternate_with_ours_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime's blocks come between ours, not after all of them: a machine whose speed drifts
+    moves every implementation alike."""
+    pytest.importorskip("onnxruntime")
+    events: list[str] = []
+    block = bench.RemotePeer.block
+
+    def logged_block(self: bench.RemotePeer, count: int) -> float:
+        events.append(self.peer)
+        return block(self, count)
+
+    monkeypatch.setattr(bench.RemotePeer, "block", logged_block)
+    call = bench.layer_call
+    monkeypatch.setattr(bench, "layer_call", lambda *a: (events.append(bench.OURS), call(*a))[1])
+    layer = cudnn_rnn.CudnnGRU(1, 4, input_size=3, seed=0)
+    timing = bench.Timing(repeats=3, block=0.001, warmup=0.0)
+    result = bench.measure(layer, bench.random_batches(2, 3, [4]), timing=timing, keras=False)
+    assert bench.ORT_OURS in result.inference
+    runtimes = [p for p in bench.RUNTIMES if p in result.inference]
+    # per repeat: ours' untimed call and block, then each runtime's block (and no other order)
+    runs = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+    assert runs[-3 * (1 + len(runtimes)) :] == 3 * [bench.OURS, *runtimes]
+
+
 def test_a_failing_fresh_process_says_why() -> None:
     with pytest.raises(RuntimeError, match=r"AttributeError: .*'no_such_function'"):
         bench.in_fresh_process("cudnn_rnn.bench", "no_such_function", [], timeout=120)

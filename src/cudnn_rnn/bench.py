@@ -14,19 +14,23 @@ against the same weights in each peer that is installed:
 * Keras 3 (:func:`~cudnn_rnn.convert.to_keras`; backend ``$KERAS_BACKEND``, torch if unset),
   full-length inputs only.
 
-onnxruntime, OpenVINO and Keras run float32 models on CPU. The two runtimes run in a fresh
-process, one after the other, each session released before the next is made: a default
-onnxruntime session keeps its threads spinning after a run, which starved whatever ran next in
-the same process (torch.nn ran up to 10x slower). Each peer's output is compared with ours over
-the valid steps (:func:`compare`); a note says where one differs by more than
-:data:`OUTPUT_TOLERANCE`, and where a runtime leaves values that are not 0 past a sequence's
-length (ours writes 0 there).
+onnxruntime, OpenVINO and Keras run float32 models on CPU. Each runtime session runs in a
+process of its own (:class:`RemotePeer`), never in this one: a default onnxruntime session keeps
+its threads spinning after a run, which starved whatever ran next in the same process (torch.nn
+ran up to 10x slower). Those processes are timed on command, block by block, in turn with the
+implementations of this process, and each waits :data:`RUNTIME_SETTLE` seconds after its block
+before the next one starts, so that its spinning threads have stopped. Each peer's output is
+compared with ours over the valid steps (:func:`compare`); a note says where one differs by
+more than :data:`OUTPUT_TOLERANCE`, and where a runtime leaves values that are not 0 past a
+sequence's length (ours writes 0 there).
 
 Method (:func:`time_alternating`): every implementation first warms up untimed (``warmup``
 seconds and at least :data:`WARMUP_CALLS` calls); then they alternate block by block (one untimed
 call, then enough timed calls to fill ``block`` seconds), ``repeats`` times, and the median time
-per call is reported. Inference is a forward pass under ``torch.no_grad()``; a training step is
-a forward pass, a backward pass of ``sum(out * g)`` and dropping the gradients, against
+per call is reported. Every peer, the runtimes in their processes included, alternates with
+ours, so a machine whose speed drifts (a shared one) moves all of them alike and the ratios
+hold where the times do not. Inference is a forward pass under ``torch.no_grad()``; a training
+step is a forward pass, a backward pass of ``sum(out * g)`` and dropping the gradients, against
 ``torch.nn`` only (the only peer that trains).
 
 :func:`measure` does all of it for one layer and a list of input batches; the project's
@@ -37,6 +41,7 @@ runs it on each of its shapes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -46,7 +51,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +71,13 @@ __all__ = [
     "OUTPUT_TOLERANCE",
     "PEERS",
     "RUNTIMES",
+    "RUNTIME_SETTLE",
     "TORCH_NN",
     "WARMUP_CALLS",
     "Batch",
     "Measurement",
+    "RemotePeer",
+    "RemotePeerError",
     "Timing",
     "add_timing_arguments",
     "check_timing_arguments",
@@ -82,7 +90,7 @@ __all__ = [
     "random_batches",
     "report",
     "runtime_jobs",
-    "runtime_probe",
+    "serve_runtime",
     "sync",
     "time_alternating",
     "torch_call",
@@ -212,43 +220,61 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+class _Local:
+    """An implementation in this process, as :func:`time_alternating` drives it."""
+
+    def __init__(self, fn: Callable[[], None], device: str) -> None:
+        self.fn, self.device = fn, device
+
+    def warm(self, seconds: float) -> float:
+        """Untimed calls for ``seconds`` (at least :data:`WARMUP_CALLS`), then one timed call."""
+        calls, start = 0, time.perf_counter()
+        while calls < WARMUP_CALLS or time.perf_counter() - start < seconds:
+            self.fn()
+            sync(self.device)
+            calls += 1
+        start = time.perf_counter()
+        self.fn()
+        sync(self.device)
+        return time.perf_counter() - start
+
+    def block(self, count: int) -> float:
+        """One untimed call, then ``count`` timed calls: seconds per call."""
+        self.fn()
+        sync(self.device)
+        start = time.perf_counter()
+        for _ in range(count):
+            self.fn()
+        sync(self.device)
+        return (time.perf_counter() - start) / count
+
+
 def time_alternating(
-    fns: dict[str, Callable[[], None]],
+    fns: Mapping[str, Callable[[], None] | RemotePeer],
     *,
     repeats: int,
     block: float,
     device: str = "cpu",
     warmup: float = 1.0,
 ) -> dict[str, float]:
-    """Median seconds per call of each function, measured in alternating blocks.
+    """Median seconds per call of each implementation, measured in alternating blocks.
 
-    Each function first runs untimed for ``warmup`` seconds and at least
-    :data:`WARMUP_CALLS` calls; the time of one more call sets how many calls fill a block.
-    Then, ``repeats`` times, each function makes one untimed call (whatever the previous one left
-    running settles) and a timed block.
+    An implementation is a function called in this process or a :class:`RemotePeer` (a runtime
+    in a process of its own, timed on command), so the two kinds alternate block by block and
+    a machine whose speed drifts drifts under all of them alike. Each first runs untimed for
+    ``warmup`` seconds and at least :data:`WARMUP_CALLS` calls; the time of one more call sets
+    how many calls fill a block. Then, ``repeats`` times, each makes one untimed call (whatever
+    the previous one left running settles) and a timed block.
     """
-    counts: dict[str, int] = {}
-    for name, fn in fns.items():
-        calls, start = 0, time.perf_counter()
-        while calls < WARMUP_CALLS or time.perf_counter() - start < warmup:
-            fn()
-            sync(device)
-            calls += 1
-        start = time.perf_counter()
-        fn()
-        sync(device)
-        once = time.perf_counter() - start
-        counts[name] = max(1, min(1000, int(block / max(once, 1e-6))))
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+    impls = {n: f if isinstance(f, RemotePeer) else _Local(f, device) for n, f in fns.items()}
+    counts = {
+        name: max(1, min(1000, int(block / max(impl.warm(warmup), 1e-6))))
+        for name, impl in impls.items()
+    }
+    samples: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(repeats):
-        for name, fn in fns.items():
-            fn()
-            sync(device)
-            start = time.perf_counter()
-            for _ in range(counts[name]):
-                fn()
-            sync(device)
-            samples[name].append((time.perf_counter() - start) / counts[name])
+        for name, impl in impls.items():
+            samples[name].append(impl.block(counts[name]))
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
@@ -394,13 +420,21 @@ def measure(
             keras_call = _keras_peer(layer, tensors, expected, batches, result, label)
             if keras_call is not None:
                 fns[KERAS] = inference_step(keras_call)
-        result.inference = time_alternating(fns, device=device, **_timed(timing))
         if (keras or runtimes) and not on_cpu:
             result.notes.append("onnxruntime, OpenVINO and Keras: compared on CPU only")
         elif (keras or runtimes) and not float32:
             result.notes.append("onnxruntime, OpenVINO and Keras: compared on float32 models only")
-        elif runtimes:
-            _runtime_peers(layer, batches, tensors[0][0], expected, timing, result, label)
+        with tempfile.TemporaryDirectory() as tmp:
+            remotes: dict[str, RemotePeer] = {}
+            if runtimes and on_cpu and float32:
+                remotes = _runtime_peers(
+                    layer, batches, tensors[0][0], expected, tmp, result, label
+                )
+            try:
+                result.inference = _time_with_runtimes(fns, remotes, device, timing, result, label)
+            finally:
+                for remote in remotes.values():
+                    remote.close()
     if training:
         x, lengths = tensors[0]
         grad_out = torch.randn(
@@ -424,6 +458,24 @@ def measure(
 
 def _timed(timing: Timing) -> dict[str, Any]:
     return {"repeats": timing.repeats, "block": timing.block, "warmup": timing.warmup}
+
+
+def _time_with_runtimes(
+    fns: dict[str, Callable[[], None]],
+    remotes: dict[str, RemotePeer],
+    device: str,
+    timing: Timing,
+    result: Measurement,
+    label: str,
+) -> dict[str, float]:
+    """:func:`time_alternating` over this process's functions and the runtimes' processes; a
+    runtime whose process fails mid-way gets a note and the rest are timed again without it."""
+    while True:
+        try:
+            return time_alternating({**fns, **remotes}, device=device, **_timed(timing))
+        except RemotePeerError as err:
+            result.notes.append(f"{err.peer} failed on {label}: {err.reason}")
+            remotes.pop(err.peer).close()
 
 
 def _torch_peer(layer: _CudnnRNN, device: str, notes: list[str]) -> torch.nn.Module | None:
@@ -531,53 +583,115 @@ def runtime_jobs(
     return jobs
 
 
-def _runtime_peers(
-    layer: _CudnnRNN,
-    batches: Sequence[Batch],
-    x: Tensor,
-    expected: Sequence[np.ndarray],
-    timing: Timing,
-    result: Measurement,
-    label: str,
-) -> None:
-    """Inference seconds of onnxruntime and OpenVINO, measured in a fresh process, and how far
-    each output is from ours."""
-    with tempfile.TemporaryDirectory() as tmp:
-        varlen = any(n is not None for _, n in batches)
-        jobs = runtime_jobs(layer, x, tmp, result.notes, varlen=varlen)
-        if not jobs:
-            return
-        inputs, want = os.path.join(tmp, "inputs.npz"), os.path.join(tmp, "expected.npz")
-        arrays = {f"x{i}": x for i, (x, _) in enumerate(batches)}
-        arrays |= {f"lengths{i}": n for i, (_, n) in enumerate(batches) if n is not None}
-        np.savez(inputs, **arrays)  # type: ignore[arg-type]
-        np.savez(want, *expected)
+#: Seconds a runtime's process waits after each block before it answers: a default onnxruntime
+#: session keeps a thread spinning for about 40-50 ms after a run (measured), which would slow
+#: whatever the next block runs.
+RUNTIME_SETTLE = 0.1
+#: What starts each line a runtime's process answers with (a runtime may print lines of its own).
+_REPLY = "@cudnn_rnn.bench "
+
+
+class RemotePeerError(RuntimeError):
+    """A runtime's process failed or refused the model; ``peer`` names it."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(f"{peer}: {message}")
+        self.peer, self.reason = peer, message
+
+
+class RemotePeer:
+    """A runtime peer (onnxruntime or OpenVINO on an ONNX file) in a process of its own.
+
+    The process (:func:`serve_runtime`) makes the session, runs it once on every batch and
+    compares the outputs with ``expected``; then it times calls on command, so that
+    :func:`time_alternating` alternates it with the implementations of this process. Raises
+    :class:`RemotePeerError` when the process fails or the runtime refuses the model.
+    """
+
+    def __init__(self, peer: str, path: str, input_name: str, inputs: str, expected: str) -> None:
+        self.peer = peer
+        self._stderr = tempfile.TemporaryFile("w+")
+        code = (
+            "import json, sys; from cudnn_rnn import bench; "
+            "bench.serve_runtime(*json.loads(sys.argv[1]))"
+        )
+        args = [peer, path, input_name, inputs, expected, RUNTIME_SETTLE]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self.max_abs_diff = self.max_abs_padding = 0.0
+
+    def ready(self) -> None:
+        """Waits for the session and the comparison of its outputs."""
+        reply = self._read()
+        self.max_abs_diff, self.max_abs_padding = reply["max_abs_diff"], reply["max_abs_padding"]
+
+    def warm(self, seconds: float) -> float:
+        reply: float = self._ask(f"warm {seconds!r}")["once"]
+        return reply
+
+    def block(self, count: int) -> float:
+        reply: float = self._ask(f"block {count}")["seconds"]
+        return reply
+
+    def close(self) -> None:
+        """Ends the process (it exits on ``quit``; killed if it does not within 10 s)."""
+        if self._proc.poll() is None:
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write("quit\n")
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout, self._stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):  # a pipe to a process that died
+                    stream.close()
+
+    def _ask(self, command: str) -> dict[str, Any]:
+        assert self._proc.stdin is not None
         try:
-            out = in_fresh_process(
-                __name__,
-                "runtime_probe",
-                [jobs, inputs, want, timing.repeats, timing.block, timing.warmup],
-                timeout=1800,
-            )
-        except RuntimeError as err:
-            result.notes.append(f"onnxruntime/OpenVINO probe on {label} failed: {err}")
-            return
-    for peer, measured in json.loads(out).items():
-        if "error" in measured:
-            result.notes.append(f"{peer} failed on {label}: {measured['error']}")
-            continue
-        result.inference[peer] = measured["seconds"]
-        result.check(peer, measured["max_abs_diff"], measured["max_abs_padding"], label)
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+        except OSError:
+            pass  # the process is gone: _read says why
+        return self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if line.startswith(_REPLY):
+                reply: dict[str, Any] = json.loads(line[len(_REPLY) :])
+                if "error" in reply:
+                    raise RemotePeerError(self.peer, reply["error"])
+                return reply
+        self._proc.wait()
+        self._stderr.seek(0)
+        last = self._stderr.read().strip().splitlines() or [f"exit code {self._proc.returncode}"]
+        raise RemotePeerError(self.peer, f"its process ended: {last[-1]}")
 
 
-def runtime_probe(
-    jobs: list[list[str]], inputs: str, expected: str, repeats: int, block: float, warmup: float
-) -> str:
-    """JSON: for each ``[peer, model path, input name]``, seconds per call of the runtime on the
-    batches in ``inputs`` (an ``.npz`` of ``x<i>`` and ``lengths<i>``) and how far its outputs
-    are from ``expected`` (an ``.npz`` of one array per batch), or ``{"error"}``. The jobs run
-    one after another, each session released before the next; run in a fresh process by
-    :func:`measure`."""
+def serve_runtime(
+    peer: str, path: str, input_name: str, inputs: str, expected: str, settle: float
+) -> None:
+    """The process behind a :class:`RemotePeer`: the runtime of ``peer`` on the model at ``path``.
+
+    Runs it on the batches in ``inputs`` (an ``.npz`` of ``x<i>`` and ``lengths<i>``), answers
+    how far its outputs are from ``expected`` (an ``.npz`` of one array per batch), then one
+    answer per command read from stdin: ``warm SECONDS`` (untimed calls, then the seconds of
+    one), ``block N`` (one untimed call, then seconds per call of N), ``quit``. Each answer is
+    one JSON line after :data:`_REPLY`, sent ``settle`` seconds after a warm-up or a block.
+    """
+
+    def answer(reply: dict[str, Any]) -> None:
+        print(_REPLY + json.dumps(reply), flush=True)
+
     with np.load(inputs) as saved:
         count = sum(name.startswith("x") for name in saved.files)
         batches = [
@@ -586,14 +700,72 @@ def runtime_probe(
         ]
     with np.load(expected) as saved:
         want = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    timing = Timing(repeats, block, warmup)
-    results: dict[str, Any] = {}
-    for peer, path, input_name in jobs:
-        try:
-            results[peer] = _time_runtime(peer, path, input_name, batches, want, timing)
-        except Exception as err:  # a model the runtime refuses: the others still run
-            results[peer] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
-    return json.dumps(results)
+    feeds = [{input_name: x, **({} if n is None else {"sequence_lens": n})} for x, n in batches]
+    try:
+        run = _runtime_session(RUNTIMES[peer], path)
+        diff, padding = _compare_all([run(f) for f in feeds], want, batches)
+    except Exception as err:  # a model the runtime refuses: the others still run
+        answer({"error": f"{type(err).__name__}: {err}".splitlines()[0]})
+        return
+    answer({"max_abs_diff": diff, "max_abs_padding": padding})
+
+    def call() -> None:
+        for f in feeds:
+            run(f)
+
+    local = _Local(call, "cpu")
+    for line in sys.stdin:
+        command, *arg = line.split()
+        if command == "warm":
+            once = local.warm(float(arg[0]))
+            time.sleep(settle)
+            answer({"once": once})
+        elif command == "block":
+            seconds = local.block(int(arg[0]))
+            time.sleep(settle)
+            answer({"seconds": seconds})
+        else:
+            return
+
+
+def _runtime_peers(
+    layer: _CudnnRNN,
+    batches: Sequence[Batch],
+    x: Tensor,
+    expected: Sequence[np.ndarray],
+    tmp: str,
+    result: Measurement,
+    label: str,
+) -> dict[str, RemotePeer]:
+    """onnxruntime and OpenVINO, each in a process of its own, ready to be timed; each output
+    already compared with ours. A runtime that refuses its model gets a note instead."""
+    varlen = any(n is not None for _, n in batches)
+    jobs = runtime_jobs(layer, x, tmp, result.notes, varlen=varlen)
+    if not jobs:
+        return {}
+    inputs, want = os.path.join(tmp, "inputs.npz"), os.path.join(tmp, "expected.npz")
+    arrays = {f"x{i}": x for i, (x, _) in enumerate(batches)}
+    arrays |= {f"lengths{i}": n for i, (_, n) in enumerate(batches) if n is not None}
+    np.savez(inputs, **arrays)  # type: ignore[arg-type]
+    np.savez(want, *expected)
+    started: list[RemotePeer] = []
+    peers: dict[str, RemotePeer] = {}
+    try:
+        started += [RemotePeer(peer, path, name, inputs, want) for peer, path, name in jobs]
+        for remote in started:  # started together, so their imports overlap
+            try:
+                remote.ready()
+            except RemotePeerError as err:
+                result.notes.append(f"{err.peer} failed on {label}: {err.reason}")
+                remote.close()
+                continue
+            result.check(remote.peer, remote.max_abs_diff, remote.max_abs_padding, label)
+            peers[remote.peer] = remote
+    except BaseException:
+        for remote in started:
+            remote.close()
+        raise
+    return peers
 
 
 def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
@@ -608,26 +780,6 @@ def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]
     # f32: OpenVINO's default on CPUs with bf16 instructions is bf16 inference.
     compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     return lambda feeds: compiled(feeds)[0]
-
-
-def _time_runtime(
-    peer: str,
-    path: str,
-    input_name: str,
-    batches: Sequence[Batch],
-    expected: Sequence[np.ndarray],
-    timing: Timing,
-) -> dict[str, float]:
-    run = _runtime_session(RUNTIMES[peer], path)
-    feeds = [{input_name: x, **({} if n is None else {"sequence_lens": n})} for x, n in batches]
-    diff, padding = _compare_all([run(f) for f in feeds], expected, batches)
-
-    def call() -> None:
-        for f in feeds:
-            run(f)
-
-    seconds = time_alternating({peer: call}, **_timed(timing))[peer]
-    return {"seconds": seconds, "max_abs_diff": diff, "max_abs_padding": padding}
 
 
 def in_fresh_process(

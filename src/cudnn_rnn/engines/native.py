@@ -33,10 +33,10 @@ once it has finished with them (:func:`_release`); a second backward through the
 Bits: the C loops compute every element the same way whichever thread owns it, so they do not
 depend on the number of threads, and repeat exactly (the packed and the in-place products sum
 in different orders, and the rule picks one from the call's sizes, so a sequence run alone gets
-bits that differ in the last place from those it gets in a larger batch); the products around them are oneDNN's
-or torch's (they repeat exactly too, and gave the same bits on 1 to 16 threads here). AVX-512
-and AVX2 give the same bits (both contract to FMA); the x86-64 baseline may differ in the last
-place.
+bits that differ in the last place from those it gets in a larger batch); the products around
+them are oneDNN's or torch's (they repeat exactly too, and gave the same bits on 1 to 16
+threads here). AVX-512 and AVX2 give the same bits (both contract to FMA); the x86-64 baseline
+may differ in the last place.
 
 Loading: the library is built by ``pip install`` (``setup.py``, optional). If it is missing or
 cannot load, or ``CUDNN_RNN_NATIVE=0`` is set, :func:`available` is false and the dispatch
