@@ -7,10 +7,9 @@ rows of ``W`` and ``R`` for them: it makes its slice of the input projection of 
 product, one barrier per step. Each matrix is packed into the thread's scratch once per call, or
 read where it is with dot products when few rows multiply it (R for a batch of one, W for a
 projection of at most 128 rows; :func:`in_place_limits`), since packing costs several products
-of one row. The backward loop does the
-same in reverse, and the weight gradients over all steps are products that reduce over the
-rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: oneDNN's where torch has it,
-by rule).
+of one row. The backward loop does the same in reverse, and the weight gradients over all steps
+are products that reduce over the rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two
+halves: oneDNN's where torch has it, by rule).
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
@@ -273,7 +272,9 @@ class use_products:
 
     ``"rule"`` (the default) keeps :func:`in_place_limits`' rule; ``"packed"`` packs the matrix
     into each thread's scratch first; ``"in_place"`` reads it where it is with dot products. The
-    two sum in different orders, so they agree to rounding, not bitwise.
+    two sum in different orders, so they agree to rounding, not bitwise. The choice is the
+    process's (the engine's), not the calling thread's: every call made inside the block, from
+    any thread, runs that way.
     """
 
     def __init__(self, r: str = "rule", w: str = "rule") -> None:
