@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, cli, convert, files, model_files
+from cudnn_rnn import bench, checkpoint, cli, convert, files, model_files
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, torch_file
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
@@ -41,6 +41,21 @@ def _two_models(tmp_path: Path) -> str:
         [cudnn_rnn.CudnnGRU(1, 2, input_size=2, scope="a"), cudnn_rnn.CudnnGRU(1, 2, input_size=2)],
     )
     return path
+
+
+def _runtime_refusal(tmp_path: Path) -> None:
+    """onnxruntime (its process, as the benchmarks run it) refusing a file that is not a model."""
+    pytest.importorskip("onnxruntime")
+    np.savez(tmp_path / "in.npz", x0=np.zeros((2, 1, 3), np.float32))
+    np.savez(tmp_path / "want.npz", np.zeros((2, 1, 4), np.float32))
+    peer = bench.RemotePeer(
+        bench.ORT_OURS, _junk(tmp_path, "x.onnx"), "X", str(tmp_path / "in.npz"),
+        str(tmp_path / "want.npz"),
+    )  # fmt: skip
+    try:
+        peer.ready()
+    finally:
+        peer.close()
 
 
 def _opaque_refusal() -> None:
@@ -84,6 +99,7 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         Exception,
         lambda t: model_files.load_layer(_two_models(t)),
     ),
+    "RemotePeerError": (bench.RemotePeerError, RuntimeError, _runtime_refusal),
     "FormatError": (files.FormatError, ValueError, lambda t: files.open_regular(t)),
     "NotRegularFile": (files.NotRegularFile, ValueError, lambda t: files.sniff(t)),
     "FileTooLarge": (

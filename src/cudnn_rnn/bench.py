@@ -60,6 +60,7 @@ import torch
 from torch import Tensor
 
 from cudnn_rnn import convert
+from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.layers import _CudnnRNN
 
 __all__ = [
@@ -591,8 +592,10 @@ RUNTIME_SETTLE = 0.1
 _REPLY = "@cudnn_rnn.bench "
 
 
-class RemotePeerError(RuntimeError):
-    """A runtime's process failed or refused the model; ``peer`` names it."""
+class RemotePeerError(CudnnRNNError, RuntimeError):
+    """A runtime's process failed or refused the model; ``peer`` names it, ``reason`` says why.
+
+    :func:`measure` turns it into a note and goes on without that peer."""
 
     def __init__(self, peer: str, message: str) -> None:
         super().__init__(f"{peer}: {message}")
