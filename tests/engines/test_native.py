@@ -6,6 +6,7 @@ below); here: what is particular to the engine.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -704,6 +705,68 @@ def test_same_bits_on_up_to_sixteen_threads(mode: str) -> None:
                     assert all(torch.equal(a, b) for a, b in zip(reference, result)), (way, n)
     finally:
         torch.set_num_threads(threads)
+
+
+@needs_engine
+def test_directions_together_by_rule() -> None:
+    """Two threads: the directions take turns; with a team of two or more each and R's slices
+    within a quarter of the L2, at once; never for one direction."""
+    lstm = RNNSpec("lstm", 1, 64, 8, "linear_input", "bidirectional")
+    assert not native.directions_together(lstm, 2) and not native.directions_together(lstm, 3)
+    assert native.directions_together(lstm, 4) and native.directions_together(lstm, 16)
+    big = RNNSpec("lstm", 1, 4096, 8, "linear_input", "bidirectional")  # 256 MiB of R
+    assert not native.directions_together(big, 16)
+    uni = RNNSpec("lstm", 1, 64, 8, "linear_input", "unidirectional")
+    assert not native.directions_together(uni, 16)
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_directions_at_once_give_the_bits_of_directions_in_turn(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bidirectional stack with lengths, forward and every gradient, on 4 and 16 threads
+    (where the rule runs both directions at once), on torch's OpenMP pool and on our own team:
+    bitwise what one call per direction gives."""
+    problem = _problem(mode)
+    spec = problem[0].spec
+    threads = torch.get_num_threads()
+    one_by_one = native._call
+    lib = native._library().lib
+    assert lib is not None
+
+    def in_turn(fn_name: str, *args: Any) -> None:
+        for a in args:
+            one_by_one(fn_name, a)
+
+    try:
+        for n in (4, 16):
+            torch.set_num_threads(n)
+            assert native.directions_together(spec)
+            together = _run(native, problem)
+            lib.cr_use_openmp(None)  # our own thread team instead of torch's OpenMP pool
+            try:
+                own_team = _run(native, problem)
+            finally:
+                native._share_torch_threads(lib)
+            monkeypatch.setattr(native, "_call", in_turn)
+            in_turns = _run(native, problem)
+            monkeypatch.setattr(native, "_call", one_by_one)
+            for result in (together, own_team):
+                assert all(torch.equal(a, b) for a, b in zip(result, in_turns)), n
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_library_refuses_a_bad_group_of_loops() -> None:
+    lib = native._library().lib
+    if lib is None:
+        pytest.skip("the native engine is not built")
+    assert lib.cr_forward_many(None, 2) == 2
+    pointers = (ctypes.c_void_p * 9)()
+    assert lib.cr_forward_many(pointers, 9) == 2  # more than a group holds
+    assert lib.cr_backward_many(pointers, 2) == 2  # missing loops
+    assert lib.cr_forward_many(pointers, 0) == 2
 
 
 def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CR_ABI_VERSION 11
+#define CR_ABI_VERSION 12
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -387,6 +387,8 @@ static int team_acquire(int want) {
     return got;
 }
 
+/* Runs `run` on `nthreads` threads of a team that team_acquire gave this call (it stays taken:
+ * the caller releases it once it is done with it). */
 static void team_run(void (*run)(void *, int), void *job, int nthreads) {
     if (nthreads <= 1) {
         run(job, 0);
@@ -400,7 +402,6 @@ static void team_run(void (*run)(void *, int), void *job, int nthreads) {
     pthread_mutex_unlock(&team_lock);
     run(job, 0);
     while (atomic_load(&team_left) > 0) cpu_relax();
-    pthread_mutex_unlock(&team_call);
 }
 
 /* ---- torch's OpenMP pool ------------------------------------------------------------------- */
@@ -434,88 +435,182 @@ int cr_threading(void) { return atomic_load(&gomp_parallel) != NULL; }
 
 /* ---- the calls ----------------------------------------------------------------------------- */
 
+/* One loop (a direction of a layer, forward or backward) and what its team shares. */
 typedef struct {
     const isa_t *isa;
     const void *args;
-    int64_t units;
+    int backward;
+    int64_t threads, batch, gates, units, width; /* asked for; the shared state's sizes */
+    int lstm_carry, dh_carry;
     slice_t slices[CR_MAX_THREADS];
     shared_t shared;
-    int backward;
 } job_t;
 
-static void split_units(job_t *job, int64_t units, int nthreads);
+/* Loops that run at the same time, each on a team of its own: job j on the group's threads
+ * [first[j], first[j + 1]). A bidirectional layer's two directions are independent, so they
+ * need no barrier between them, and each team keeps a whole direction's weights in its cache. */
+#define CR_MAX_GROUP 8
+typedef struct {
+    job_t *jobs;
+    int count;
+    int first[CR_MAX_GROUP + 1];
+} group_t;
 
-static void job_run(void *p, int tid) {
-    job_t *job = p;
+static void split_units(job_t *job, int nthreads);
+
+static void job_run(job_t *job, int tid) {
     if (job->backward)
         job->isa->backward(job->args, &job->slices[tid], &job->shared);
     else
         job->isa->forward(job->args, &job->slices[tid], &job->shared);
 }
 
+static void group_thread(void *p, int tid) {
+    group_t *g = p;
+    int j = 0;
+    while (tid >= g->first[j + 1]) j++;
+    job_run(&g->jobs[j], tid - g->first[j]);
+}
+
 /* OpenMP may give a region fewer threads than asked (nesting, limits): then its first thread
- * does the whole call alone, the same arithmetic. */
+ * runs every loop alone, one after the other, the same arithmetic. */
 static void openmp_entry(void *p) {
-    job_t *job = p;
+    group_t *g = p;
     int tid = omp_thread_num();
-    if (omp_num_threads() != job->shared.nthreads) {
-        if (tid == 0) {
-            job->shared.nthreads = 1;
-            split_units(job, job->units, 1);
-            job_run(job, 0);
+    if (omp_num_threads() != g->first[g->count]) {
+        for (int j = 0; tid == 0 && j < g->count; j++) {
+            g->jobs[j].shared.nthreads = 1;
+            split_units(&g->jobs[j], 1);
+            job_run(&g->jobs[j], 0);
         }
         return;
     }
-    job_run(job, tid);
+    group_thread(g, tid);
 }
 
 /* Threads by rule: never more than slices of VEC units, and one thread when a step's product
  * is too small to pay for a barrier (about a microsecond of work). */
-static int threads_for(int64_t requested, int64_t batch, int64_t gates, int64_t units, int vec) {
-    int64_t blocks = (units + vec - 1) / vec;
+static int threads_for(int64_t requested, const job_t *job) {
+    int64_t blocks = (job->units + job->isa->vec - 1) / job->isa->vec;
     int64_t want = requested < blocks ? requested : blocks;
     if (want > CR_MAX_THREADS) want = CR_MAX_THREADS;
-    if (batch * gates * units * units < 65536) want = 1;
+    if (job->batch * job->gates * job->units * job->units < 65536) want = 1;
     return want < 1 ? 1 : (int)want;
 }
 
-static void split_units(job_t *job, int64_t units, int nthreads) {
-    int64_t vec = job->isa->vec, blocks = (units + vec - 1) / vec;
+static void split_units(job_t *job, int nthreads) {
+    int64_t vec = job->isa->vec, blocks = (job->units + vec - 1) / vec;
     for (int p = 0; p < nthreads; p++) {
         int64_t b0 = blocks * p / nthreads, b1 = blocks * (p + 1) / nthreads;
-        int64_t end = b1 * vec < units ? b1 * vec : units;
+        int64_t end = b1 * vec < job->units ? b1 * vec : job->units;
         job->slices[p] = (slice_t){b0 * vec, end - b0 * vec, (b1 - b0) * vec};
     }
 }
 
-static int run_job(job_t *job, int64_t threads, int64_t mode, int64_t batch, int64_t units,
-                   int64_t width, int lstm_carry, int dh_carry) {
-    int want = threads_for(threads, batch, gates_of(mode), units, job->isa->vec);
-    gomp_parallel_t openmp = atomic_load(&gomp_parallel);
-    int nthreads = openmp ? want : team_acquire(want);
-    job->units = units;
+static void job_release(job_t *job) {
+    shared_t *sh = &job->shared;
+    free(sh->h[0]);
+    free(sh->h[1]);
+    free(sh->c);
+    free(sh->dh);
+    sh->h[0] = sh->h[1] = sh->c = sh->dh = NULL;
+}
+
+/* The shared state of a team of `nthreads`; 0 when memory ran out (nothing is held then). */
+static int job_prepare(job_t *job, int nthreads) {
     shared_t *sh = &job->shared;
     sh->nthreads = nthreads;
     atomic_init(&sh->count, 0);
     atomic_init(&sh->generation, 0);
     atomic_init(&sh->failed, 0);
-    split_units(job, units, nthreads);
-    sh->h[0] = aligned_floats(batch * width);
-    sh->h[1] = aligned_floats(batch * width);
-    sh->c = lstm_carry ? aligned_floats(batch * units) : NULL;
-    sh->dh = dh_carry ? aligned_floats(batch * units) : NULL;
-    int ok = sh->h[0] && sh->h[1] && (!lstm_carry || sh->c) && (!dh_carry || sh->dh);
-    if (ok && openmp && nthreads > 1)
-        openmp(openmp_entry, job, (unsigned)nthreads, 0);
+    split_units(job, nthreads);
+    sh->h[0] = aligned_floats(job->batch * job->width);
+    sh->h[1] = aligned_floats(job->batch * job->width);
+    sh->c = job->lstm_carry ? aligned_floats(job->batch * job->units) : NULL;
+    sh->dh = job->dh_carry ? aligned_floats(job->batch * job->units) : NULL;
+    int ok = sh->h[0] && sh->h[1] && (!job->lstm_carry || sh->c) && (!job->dh_carry || sh->dh);
+    if (!ok) job_release(job);
+    return ok;
+}
+
+/* Runs the group on the threads its `first` gives (the team, if it is ours, already taken). */
+static int run_group(group_t *g, gomp_parallel_t openmp) {
+    int total = g->first[g->count], ok = 1;
+    for (int j = 0; j < g->count && ok; j++) /* the rest hold nothing (calloc, or released) */
+        ok = job_prepare(&g->jobs[j], g->first[j + 1] - g->first[j]);
+    if (ok && openmp && total > 1)
+        openmp(openmp_entry, g, (unsigned)total, 0);
     else if (ok)
-        team_run(job_run, job, nthreads);
-    else if (nthreads > 1 && !openmp)
-        pthread_mutex_unlock(&team_call);
-    free(sh->h[0]);
-    free(sh->h[1]);
-    free(sh->c);
-    free(sh->dh);
-    return ok && !atomic_load(&sh->failed) ? 0 : 1;
+        team_run(group_thread, g, total);
+    int failed = !ok;
+    for (int j = 0; j < g->count; j++) {
+        failed |= ok && atomic_load(&g->jobs[j].shared.failed);
+        job_release(&g->jobs[j]);
+    }
+    return failed;
+}
+
+/* The L2 cache of a core in bytes (1 MiB where the system does not say). */
+static int64_t l2_bytes(void) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long size = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (size > 0) return size;
+#endif
+    return 1 << 20;
+}
+
+/* Whether independent loops run at the same time, by rule: when each keeps a team of at least
+ * two threads and the recurrent weights a thread then reads at every step (its slice of R,
+ * twice what it reads when the loops take turns) stay within a quarter of its L2. On two
+ * threads they take turns: measured there, running a bidirectional layer's directions on one
+ * thread each gained at most within the noise and lost up to 30% where a direction's R
+ * outgrew the L2 (docs/design_notes.md). With many threads, halving each team halves the
+ * threads that meet at every step's barrier. The bits are the same either way. */
+static int together_by_rule(const job_t *jobs, int count, int64_t threads) {
+    if (count < 2 || threads < 2 * count) return 0;
+    int64_t share = threads / count, limit = l2_bytes() / 4;
+    for (int j = 0; j < count; j++) {
+        int64_t slice = (jobs[j].units + share - 1) / share;
+        if (jobs[j].gates * jobs[j].units * slice * (int64_t)sizeof(float) > limit) return 0;
+    }
+    return 1;
+}
+
+/* The rule for `count` loops of `gates` x `units` each on `threads` threads (tests ask it). */
+int cr_together(int64_t count, int64_t threads, int64_t gates, int64_t units) {
+    job_t jobs[CR_MAX_GROUP];
+    if (count < 1 || count > CR_MAX_GROUP) return 0;
+    for (int64_t j = 0; j < count; j++) jobs[j].gates = gates, jobs[j].units = units;
+    return together_by_rule(jobs, (int)count, threads);
+}
+
+/* Runs `count` independent loops on `threads` threads: at the same time, the threads shared
+ * out evenly, where together_by_rule says so; else one loop after the other on all of them.
+ * The number of threads never changes the bits (each element is computed the same way
+ * whichever thread owns it), so neither does this. Returns 0, or 1 when memory ran out
+ * (nothing but the outputs was written). */
+static int run_jobs(job_t *jobs, int count, int64_t threads) {
+    int together = together_by_rule(jobs, count, threads), total = 0;
+    int want[CR_MAX_GROUP];
+    for (int j = 0; j < count; j++) {
+        want[j] = threads_for(together ? threads / count : threads, &jobs[j]);
+        total = together ? total + want[j] : (want[j] > total ? want[j] : total);
+    }
+    gomp_parallel_t openmp = atomic_load(&gomp_parallel);
+    int got = openmp ? total : team_acquire(total);
+    int failed = 0;
+    if (together && got == total) {
+        group_t g = {jobs, count, {0}};
+        for (int j = 0; j < count; j++) g.first[j + 1] = g.first[j] + want[j];
+        failed = run_group(&g, openmp);
+    } else { /* one after the other (or our team had fewer threads to give) */
+        for (int j = 0; j < count && !failed; j++) {
+            group_t g = {&jobs[j], 1, {0, want[j] < got ? want[j] : got}};
+            failed = run_group(&g, openmp);
+        }
+    }
+    if (!openmp && got > 1) pthread_mutex_unlock(&team_call);
+    return failed;
 }
 
 static int valid_sizes(int64_t mode, int64_t steps, int64_t batch, int64_t units) {
@@ -553,10 +648,8 @@ static int valid_rowmap(const int64_t *map, int64_t rows, const int64_t *lengths
     return n == rows;
 }
 
-/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes,
- * strides or a missing pointer, 3 on lengths outside [0, steps]. The caller hands every array
- * C-contiguous with the sizes these describe (engines/native.py's one boundary). */
-int cr_forward(const cr_forward_args *a) {
+/* 0 when the forward's arguments are usable, else the return code that refuses them. */
+static int check_forward(const cr_forward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
     if (!(a->gi || (a->x && a->w && a->input_size >= 1))) return 2;
     if (a->gi && !valid_strides(a->gi_st, a->gi_sb, a->batch, gates_of(a->mode) * a->units))
@@ -573,17 +666,10 @@ int cr_forward(const cr_forward_args *a) {
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
     if (a->ws_gates && gates_of(a->mode) > 1 && !a->ws_extra) return 2;
-    job_t *job = calloc(1, sizeof(job_t));
-    if (!job) return 1;
-    job->isa = isa_of(cr_level());
-    job->args = a;
-    int rc = run_job(job, a->threads, a->mode, a->batch, a->units, a->units,
-                     a->mode == CR_LSTM, 0);
-    free(job);
-    return rc;
+    return 0;
 }
 
-int cr_backward(const cr_backward_args *a) {
+static int check_backward(const cr_backward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
     if (!valid_strides(a->dy_st, a->dy_sb, a->batch, a->units)) return 2;
     if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
@@ -595,15 +681,66 @@ int cr_backward(const cr_backward_args *a) {
     if (a->wsmap &&
         !(a->lengths && valid_rowmap(a->wsmap, a->ws_rows, a->lengths, a->steps, a->batch)))
         return 2;
-    job_t *job = calloc(1, sizeof(job_t));
-    if (!job) return 1;
-    job->isa = isa_of(cr_level());
-    job->args = a;
-    job->backward = 1;
-    int rc = run_job(job, a->threads, a->mode, a->batch, a->units,
-                     gates_of(a->mode) * a->units, a->mode == CR_LSTM, 1);
-    free(job);
+    return 0;
+}
+
+/* `count` (1 to CR_MAX_GROUP) independent loops, forward or backward, checked first (none runs
+ * if one is refused), then run by run_jobs on the first one's thread count. */
+static int run_loops(const void *const *list, int64_t count, int backward) {
+    if (!list || count < 1 || count > CR_MAX_GROUP) return 2;
+    for (int64_t j = 0; j < count; j++) {
+        if (!list[j]) return 2;
+        int rc = backward ? check_backward(list[j]) : check_forward(list[j]);
+        if (rc) return rc;
+    }
+    job_t *jobs = calloc((size_t)count, sizeof(job_t));
+    if (!jobs) return 1;
+    const isa_t *isa = isa_of(cr_level());
+    int64_t threads = 1;
+    for (int64_t j = 0; j < count; j++) {
+        job_t *job = &jobs[j];
+        int64_t mode;
+        if (backward) {
+            const cr_backward_args *a = list[j];
+            mode = a->mode;
+            job->threads = a->threads, job->batch = a->batch, job->units = a->units;
+        } else {
+            const cr_forward_args *a = list[j];
+            mode = a->mode;
+            job->threads = a->threads, job->batch = a->batch, job->units = a->units;
+        }
+        job->isa = isa, job->args = list[j], job->backward = backward;
+        job->gates = gates_of(mode);
+        job->width = backward ? job->gates * job->units : job->units;
+        job->lstm_carry = mode == CR_LSTM, job->dh_carry = backward;
+        if (j == 0) threads = job->threads;
+    }
+    int rc = run_jobs(jobs, (int)count, threads);
+    free(jobs);
     return rc;
+}
+
+/* Returns 0, 1 when memory ran out (nothing but the outputs was written), 2 on bad sizes,
+ * strides or a missing pointer, 3 on lengths outside [0, steps]. The caller hands every array
+ * C-contiguous with the sizes these describe (engines/native.py's one boundary). */
+int cr_forward(const cr_forward_args *a) {
+    const void *list[1] = {a};
+    return run_loops(list, 1, 0);
+}
+
+int cr_backward(const cr_backward_args *a) {
+    const void *list[1] = {a};
+    return run_loops(list, 1, 1);
+}
+
+/* Independent loops at once (a bidirectional layer's two directions), the threads shared out
+ * between them: the bits of calling cr_forward / cr_backward on each in turn. */
+int cr_forward_many(const cr_forward_args *const *list, int64_t count) {
+    return run_loops((const void *const *)list, count, 0);
+}
+
+int cr_backward_many(const cr_backward_args *const *list, int64_t count) {
+    return run_loops((const void *const *)list, count, 1);
 }
 
 /* Gives the whole pages inside [p, p + bytes) back to the OS (they read as zeros if touched

@@ -7,9 +7,11 @@ rows of ``W`` and ``R`` for them: it makes its slice of the input projection of 
 product, one barrier per step. Each matrix is packed into the thread's scratch once per call, or
 read where it is with dot products when few rows multiply it (R for a batch of one, W for a
 projection of at most 128 rows; :func:`in_place_limits`), since packing costs several products
-of one row. The backward loop does the same in reverse, and the weight gradients over all steps
-are products that reduce over the rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two
-halves: oneDNN's where torch has it, by rule).
+of one row. A bidirectional layer's two directions go to C in one call, which runs them at once
+on half the threads each where :func:`directions_together` says so. The backward loop does the
+same in reverse, and the weight gradients over all steps are products that reduce over the rows
+(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: oneDNN's where torch has it, by
+rule).
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
@@ -76,6 +78,7 @@ __all__ = [
     "available",
     "backward",
     "describe",
+    "directions_together",
     "forward",
     "in_place_limits",
     "level_names",
@@ -89,7 +92,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 11
+ABI_VERSION = 12
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -160,10 +163,13 @@ def _load() -> ctypes.CDLL:
         )
     lib.cr_forward.argtypes = [ctypes.POINTER(_ForwardArgs)]
     lib.cr_backward.argtypes = [ctypes.POINTER(_BackwardArgs)]
+    lib.cr_forward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
+    lib.cr_backward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_level_name.restype = ctypes.c_char_p
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
     lib.cr_release.argtypes = [_PTR, _I64]
+    lib.cr_together.argtypes = [_I64, _I64, _I64, _I64]
     lib.cr_use_openmp.argtypes = [ctypes.c_char_p]
     _share_torch_threads(lib)
     return lib
@@ -261,6 +267,20 @@ def in_place_limits() -> tuple[int, int]:
     if lib is None:
         return (0, 0)
     return (int(lib.cr_in_place_batch()), int(lib.cr_in_place_rows()))
+
+
+def directions_together(spec: RNNSpec, threads: int | None = None) -> bool:
+    """Whether a bidirectional layer of ``spec`` runs its two directions' loops at the same time,
+    each on half the threads (``threads``: torch's count by default), or one after the other.
+
+    The rule (engine.c's ``together_by_rule``): each direction keeps at least two threads and a
+    thread's slice of R stays within a quarter of the L2. The bits are the same either way.
+    """
+    lib = _library().lib
+    if lib is None or spec.num_dirs < 2:
+        return False
+    count = torch.get_num_threads() if threads is None else threads
+    return bool(lib.cr_together(2, count, spec.num_gates, spec.num_units))
 
 
 #: :class:`use_products` choices and the C library's codes for them.
@@ -396,10 +416,17 @@ _CODES = {
 }
 
 
-def _call(fn_name: str, args: ctypes.Structure) -> None:
+def _call(fn_name: str, *args: ctypes.Structure) -> None:
+    """``fn_name`` on one argument structure, or ``fn_name_many`` on several: independent loops
+    (a bidirectional layer's directions) that C runs at once, the threads shared out."""
     lib = _library().lib
     assert lib is not None
-    rc = getattr(lib, fn_name)(ctypes.byref(args))
+    if len(args) == 1:
+        rc = getattr(lib, fn_name)(ctypes.byref(args[0]))
+    else:
+        pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+        rc = getattr(lib, f"{fn_name}_many")(pointers, len(args))
+        fn_name = f"{fn_name}_many"
     if rc == 1:
         raise MemoryError(f"cudnn_rnn native engine: {fn_name} ran out of memory")
     if rc != 0:
@@ -442,17 +469,17 @@ def forward(
         saved, inputs = _split(ws, spec, steps, batch, kept_rows)
     hn = torch.empty_like(h0)
     cn = torch.empty_like(c0) if c0 is not None else None
-    args = _ForwardArgs(
+    common = _ForwardArgs(
         mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
         threads=torch.get_num_threads(), gi_st=batch * gates * units, gi_sb=gates * units,
         lengths=_ptr(lengths), y_st=batch * dirs * units, y_sb=dirs * units,
     )  # fmt: skip
     gru = spec.mode == CUDNN_GRU
     rowmap = None if valid is None else _ptr(valid[1])
-    args.rows = 0 if valid is None else int(valid[0].numel())
+    common.rows = 0 if valid is None else int(valid[0].numel())
     compacted = need_grad and kept_rows < steps * batch
     if compacted:
-        args.ws_rows, args.wsmap = kept_rows, rowmap
+        common.ws_rows, common.wsmap = kept_rows, rowmap
     # Addresses: each tensor's once, its blocks by their offsets (no views are made).
     base, h0_at, hn_at = _ptr(params), _ptr(h0), _ptr(hn)
     c0_at, cn_at = _ptr(c0), _ptr(cn)
@@ -483,9 +510,11 @@ def forward(
         else:
             source = layer_input
         source_at = _ptr(source)
+        loops = []  # one per direction: C runs them at once
         for d in range(dirs):
             p = layer * dirs + d
             f = layout.fused[p]
+            args = _ForwardArgs.from_buffer_copy(common)
             # LSTM and RNN add both biases to the input term (C sums them once per call, as
             # torch's add would); the GRU's bR_h sits inside r * (...), so it goes apart. The
             # loop makes the input projection itself, each thread for its own units (torch's
@@ -510,7 +539,8 @@ def forward(
                 kept = saved[p]
                 args.ws_gates = _ptr(kept[0])
                 args.ws_extra = _ptr(kept[1]) if len(kept) > 1 else None
-            _call("cr_forward", args)
+            loops.append(args)
+        _call("cr_forward", *loops)
         layer_input = y
         if compacted and not last and valid is not None:  # the next layer's input: valid rows
             slot = inputs[layer].view(kept_rows, dirs * units)
@@ -690,13 +720,13 @@ def backward(
     dh0 = torch.empty_like(dhy)
     dc0 = torch.empty_like(dcy) if dcy is not None else None
     gru = spec.mode == CUDNN_GRU
-    args = _BackwardArgs(
+    common = _BackwardArgs(
         mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
         threads=torch.get_num_threads(), lengths=_ptr(lengths),
         dy_st=batch * dirs * units, dy_sb=dirs * units, hout_rs=dirs * units,
     )  # fmt: skip
     if compacted and valid is not None:
-        args.ws_rows, args.wsmap = kept_rows, _ptr(valid[1])
+        common.ws_rows, common.wsmap = kept_rows, _ptr(valid[1])
     kept_index = valid[0] if compacted and valid is not None else None
     full_lengths = None if valid is None else lengths  # None: every sequence has T steps
     d_out = boundary(dy, "dy", (steps, batch, dirs * units))
@@ -710,7 +740,7 @@ def backward(
         out = y if layer == spec.num_layers - 1 else inputs[layer]
         out_compact = out is not y and compacted
         out_map = valid[1] if out_compact and valid is not None else None
-        d_in: Tensor | None = None
+        loops = []  # one per direction: C runs them at once
         for d in range(dirs):
             p = layer * dirs + d
             kept = saved[p]
@@ -718,6 +748,7 @@ def backward(
             # (C reads each row before it writes it; see the check of ws[-1] above).
             dgi = kept[0]
             dghn = kept[1] if gru else None
+            args = _BackwardArgs.from_buffer_copy(common)
             args.reverse = d
             args.r = _ptr(weights[p].r)
             args.gates = _ptr(kept[0])
@@ -730,7 +761,14 @@ def backward(
             args.dcy = None if dcy is None else _ptr(dcy[p])
             args.dc0 = None if dc0 is None else _ptr(dc0[p])
             args.dgi, args.dghn = _ptr(dgi), _ptr(dghn)
-            _call("cr_backward", args)
+            loops.append(args)
+        _call("cr_backward", *loops)
+        d_in: Tensor | None = None
+        for d in range(dirs):
+            p = layer * dirs + d
+            kept = saved[p]
+            dgi = kept[0]
+            dghn = kept[1] if gru else None
             # The states each step started from, for dR: the LSTM's cell states were read by
             # C alone, so they go there (no buffer at the peak); else a transient, freed
             # before the input's gradient is made.
