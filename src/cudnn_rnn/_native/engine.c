@@ -440,7 +440,7 @@ typedef struct {
     const isa_t *isa;
     const void *args;
     int backward;
-    int64_t threads, batch, gates, units, width; /* asked for; the shared state's sizes */
+    int64_t batch, gates, units, width; /* the loop's and its shared state's sizes */
     int lstm_carry, dh_carry;
     slice_t slices[CR_MAX_THREADS];
     shared_t shared;
@@ -566,22 +566,22 @@ static int64_t l2_bytes(void) {
  * thread each gained at most within the noise and lost up to 30% where a direction's R
  * outgrew the L2 (docs/design_notes.md). With many threads, halving each team halves the
  * threads that meet at every step's barrier. The bits are the same either way. */
+static int slice_fits(int64_t gates, int64_t units, int64_t share) {
+    int64_t slice = (units + share - 1) / share;
+    return gates * units * slice * (int64_t)sizeof(float) <= l2_bytes() / 4;
+}
+
 static int together_by_rule(const job_t *jobs, int count, int64_t threads) {
     if (count < 2 || threads < 2 * count) return 0;
-    int64_t share = threads / count, limit = l2_bytes() / 4;
-    for (int j = 0; j < count; j++) {
-        int64_t slice = (jobs[j].units + share - 1) / share;
-        if (jobs[j].gates * jobs[j].units * slice * (int64_t)sizeof(float) > limit) return 0;
-    }
+    for (int j = 0; j < count; j++)
+        if (!slice_fits(jobs[j].gates, jobs[j].units, threads / count)) return 0;
     return 1;
 }
 
 /* The rule for `count` loops of `gates` x `units` each on `threads` threads (tests ask it). */
 int cr_together(int64_t count, int64_t threads, int64_t gates, int64_t units) {
-    job_t jobs[CR_MAX_GROUP];
-    if (count < 1 || count > CR_MAX_GROUP) return 0;
-    for (int64_t j = 0; j < count; j++) jobs[j].gates = gates, jobs[j].units = units;
-    return together_by_rule(jobs, (int)count, threads);
+    if (count < 2 || count > CR_MAX_GROUP || threads < 2 * count) return 0;
+    return slice_fits(gates, units, threads / count);
 }
 
 /* Runs `count` independent loops on `threads` threads: at the same time, the threads shared
@@ -696,24 +696,22 @@ static int run_loops(const void *const *list, int64_t count, int backward) {
     job_t *jobs = calloc((size_t)count, sizeof(job_t));
     if (!jobs) return 1;
     const isa_t *isa = isa_of(cr_level());
-    int64_t threads = 1;
+    int64_t threads = backward ? ((const cr_backward_args *)list[0])->threads
+                               : ((const cr_forward_args *)list[0])->threads;
     for (int64_t j = 0; j < count; j++) {
         job_t *job = &jobs[j];
         int64_t mode;
         if (backward) {
             const cr_backward_args *a = list[j];
-            mode = a->mode;
-            job->threads = a->threads, job->batch = a->batch, job->units = a->units;
+            mode = a->mode, job->batch = a->batch, job->units = a->units;
         } else {
             const cr_forward_args *a = list[j];
-            mode = a->mode;
-            job->threads = a->threads, job->batch = a->batch, job->units = a->units;
+            mode = a->mode, job->batch = a->batch, job->units = a->units;
         }
         job->isa = isa, job->args = list[j], job->backward = backward;
         job->gates = gates_of(mode);
         job->width = backward ? job->gates * job->units : job->units;
         job->lstm_carry = mode == CR_LSTM, job->dh_carry = backward;
-        if (j == 0) threads = job->threads;
     }
     int rc = run_jobs(jobs, (int)count, threads);
     free(jobs);
