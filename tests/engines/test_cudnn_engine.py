@@ -381,3 +381,66 @@ def test_the_fused_cell_drivers_run_through_the_operator(standin: StandIn) -> No
     assert sum(1 for n, _ in standin.calls if n == "rnn") == 1  # two layers, one call
     out.sum().backward()
     assert all(v.grad is not None for v in cell.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_float32_calls_run_in_ieee_float32_and_put_the_setting_back(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch lets cuDNN's float32 RNNs use TF32 by default; the engine's aten calls ask for IEEE
+    float32 while they run (float32 only) and leave torch's setting as they found it."""
+    getter = torch._C._get_fp32_precision_getter
+    seen: list[str] = []
+
+    def fake(*args: Any) -> tuple[()]:
+        seen.append(getter("cuda", "rnn"))
+        return ()
+
+    monkeypatch.setattr(torch.ops.aten, "_cudnn_rnn", fake)
+    monkeypatch.setattr(torch.ops.aten, "_cudnn_rnn_backward", fake)
+    before = getter("cuda", "rnn")
+    x = torch.zeros(1, dtype=dtype)
+    cudnn.Aten().rnn(x)
+    cudnn.Aten().rnn_backward(x)
+    assert seen == (["ieee"] * 2 if dtype == torch.float32 else [before] * 2)
+    assert getter("cuda", "rnn") == before
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("cuDNN failed")
+
+    monkeypatch.setattr(torch.ops.aten, "_cudnn_rnn", broken)
+    with pytest.raises(RuntimeError, match="cuDNN failed"):
+        cudnn.Aten().rnn(x)
+    assert getter("cuda", "rnn") == before
+
+
+def test_the_weight_list_is_made_once_per_buffer(standin: StandIn) -> None:
+    """aten's calls get cuDNN's weight list as views of the parameter; the engine makes them
+    once per buffer (as torch.nn keeps its flat weights), again when the storage is replaced,
+    and lets them go with the layer."""
+    import gc
+
+    lists: list[int] = []
+    real = standin.rnn
+
+    def spy(*args: Any) -> Any:
+        lists.append(id(args[1]))
+        return real(*args)
+
+    standin.rnn = spy  # type: ignore[method-assign]
+    layer = CudnnLSTM(2, 4, input_size=3, direction="bidirectional", dtype=F64)
+    x = torch.randn(5, 2, 3, dtype=F64)
+    first = layer(x)[0].detach()
+    layer(x)[0].sum().backward()
+    with torch.no_grad():
+        layer(x)
+    assert len(set(lists)) == 1
+    with torch.no_grad():
+        layer.opaque_kernel.data = layer.opaque_kernel.data * 2  # a new storage
+    second = layer(x)[0].detach()
+    assert len(set(lists)) == 2 and not torch.equal(first, second)
+    key = id(layer.opaque_kernel)
+    assert key in cudnn._WEIGHTS
+    del layer
+    gc.collect()
+    assert key not in cudnn._WEIGHTS

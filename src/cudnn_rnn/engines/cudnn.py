@@ -39,6 +39,9 @@ What aten's call does not do, this module adds around it:
   backward run twice through one graph does not pass ``again``: only the identity table
   catches that case.
 
+* **float32 is float32.** torch lets cuDNN's float32 RNNs use TF32 by default on Ampere and
+  later GPUs; each aten call of this engine runs under :func:`ieee_float32`.
+
 Scope: CUDA, float16/float32/float64 (bfloat16 goes to the next rule: cuDNN's RNN documentation
 lists half, float and double), cuDNN available and enabled (``torch.backends.cudnn``), LSTM
 projection narrower than the cell (cuDNN turns projection off when ``num_proj == num_units``,
@@ -49,9 +52,11 @@ dropout, with and without gradient.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -75,6 +80,38 @@ MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 DTYPES = (torch.float16, torch.float32, torch.float64)
 
 
+@contextlib.contextmanager
+def ieee_float32(dtype: torch.dtype) -> Iterator[None]:
+    """For float32, cuDNN's RNN math in IEEE float32 while the block runs, not TF32.
+
+    torch lets cuDNN's float32 RNNs use TF32 tensor cores by default on Ampere and later GPUs
+    (``torch.backends.cudnn.rnn.fp32_precision == "tf32"``): products with 10-bit mantissas,
+    about 1e-3 relative error. Our float32 is float32, as TF1's kernels and the CPU engines
+    compute it, so the engine asks for IEEE math around each forward and backward call and puts
+    the setting back after (it is torch's process-wide setting: another thread's cuDNN RNN
+    running at that instant sees it too). Older torch has only the ``allow_tf32`` switch.
+    """
+    if dtype != torch.float32:
+        yield
+        return
+    getter = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if getter is not None:
+        setter = torch._C._set_fp32_precision_setter
+        before = getter("cuda", "rnn")
+        setter("cuda", "rnn", "ieee")
+        try:
+            yield
+        finally:
+            setter("cuda", "rnn", before)
+    else:  # torch before 2.9
+        allowed = torch._C._get_cudnn_allow_tf32()
+        torch._C._set_cudnn_allow_tf32(False)
+        try:
+            yield
+        finally:
+            torch._C._set_cudnn_allow_tf32(allowed)
+
+
 class Aten:
     """The aten entry points the engine calls (tests on a CPU put a stand-in here)."""
 
@@ -86,10 +123,12 @@ class Aten:
         return bool(cudnn.is_available() and cudnn.enabled)  # type: ignore[no-untyped-call]
 
     def rnn(self, *args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        return torch.ops.aten._cudnn_rnn(*args)  # type: ignore[no-any-return]
+        with ieee_float32(args[0].dtype):
+            return torch.ops.aten._cudnn_rnn(*args)  # type: ignore[no-any-return]
 
     def rnn_backward(self, *args: Any) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
-        return torch.ops.aten._cudnn_rnn_backward(*args)  # type: ignore[no-any-return]
+        with ieee_float32(args[0].dtype):
+            return torch.ops.aten._cudnn_rnn_backward(*args)  # type: ignore[no-any-return]
 
     def flatten_weight(self, *args: Any) -> Tensor:
         return torch.ops.aten._cudnn_rnn_flatten_weight(*args)  # type: ignore[no-any-return]
@@ -174,6 +213,31 @@ def _view(flat: Tensor, block: Block) -> Tensor:
     for d in block.shape:
         n *= d
     return flat[block.offset : block.offset + n].view(block.shape)
+
+
+#: cuDNN's weight list per buffer used in place: ``id(buffer) -> (buffer's address, views)``.
+#: An entry goes when its buffer does (a weak reference's callback); a buffer whose storage was
+#: replaced (``.data = ...``) has a new address, and its views are made again.
+_WEIGHTS: dict[int, tuple[int, list[Tensor], weakref.ref[Tensor]]] = {}
+
+
+def _weight_list(p: Plan, buf: Tensor) -> list[Tensor]:
+    """The weight list aten's calls take with ``buf`` (a view per tensor, where cuDNN keeps it).
+
+    Made once per parameter buffer used in place, as torch.nn keeps its ``_flat_weights``: a
+    call of a 2-layer bidirectional LSTM would otherwise make 16 views in its forward and 16 in
+    its backward.
+    """
+    if not p.in_place:  # a fresh copy on every call
+        return [_view(buf, t) for t in p.targets]
+    key, address = id(buf), buf.data_ptr()
+    hit = _WEIGHTS.get(key)
+    if hit is not None and hit[0] == address and hit[2]() is buf:
+        return hit[1]
+    alias = buf.detach()  # the views' base: views of ``buf`` itself would keep it alive
+    views = [_view(alias, t) for t in p.targets]
+    _WEIGHTS[key] = (address, views, weakref.ref(buf, lambda _: _WEIGHTS.pop(key, None)))
+    return views
 
 
 def _cudnn_buffer(p: Plan, params: Tensor, spec: RNNSpec) -> Tensor:
@@ -317,7 +381,7 @@ class Cudnn:
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         spec = call.spec
         return ATEN.rnn(
-            x if pk is None else pk.pack(x), [_view(buf, t) for t in p.targets], p.stride0, buf,
+            x if pk is None else pk.pack(x), _weight_list(p, buf), p.stride0, buf,
             hx, cx, *_sizes(spec), call.dropout, train, spec.bidirectional,
             [] if pk is None else pk.batch_sizes.tolist(), state,
         )  # fmt: skip
@@ -366,7 +430,7 @@ class Cudnn:
             return t.contiguous() if pk is None else pk.pack(t)
 
         dx, dhx, dcx, dws = ATEN.rnn_backward(
-            packed(s.x), [_view(buf, t) for t in p.targets], p.stride0, buf, hx, cx,
+            packed(s.x), _weight_list(p, buf), p.stride0, buf, hx, cx,
             packed(s.y), packed(grads.dy), dhy, dcy if has_c else None, *_sizes(spec),
             call.dropout, True, spec.bidirectional,
             [] if pk is None else pk.batch_sizes.tolist(), state, reserve,
