@@ -71,9 +71,9 @@ def test_compile_fullgraph_training_and_eval_equal_eager(backend: str, mode: str
             torch.testing.assert_close(compiled(x, lengths), model(x, lengths))
 
 
-def test_compile_shows_one_rnn_node_taking_the_opaque_buffer() -> None:
+def _rnn_nodes(layer: Any) -> list[torch.fx.Node]:
+    """The operator's nodes in the graph dynamo makes of a no-grad call of ``layer``."""
     torch._dynamo.reset()
-    layer = _layer("lstm")
     graphs: list[torch.fx.GraphModule] = []
 
     def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
@@ -82,10 +82,30 @@ def test_compile_shows_one_rnn_node_taking_the_opaque_buffer() -> None:
 
     with torch.no_grad():
         torch.compile(layer, backend=backend, fullgraph=True)(torch.randn(4, 2, 5))
-    calls = [n for n in graphs[0].graph.nodes if "cudnn_rnn.rnn" in str(n.target)]
+    return [n for n in graphs[0].graph.nodes if "cudnn_rnn.rnn" in str(n.target)]
+
+
+def test_compile_shows_one_rnn_node_taking_the_opaque_buffer() -> None:
+    calls = _rnn_nodes(_layer("lstm"))
     assert len(calls) == 1
     params = calls[0].args[0]
     assert "opaque_kernel" in str(params)
+
+
+@pytest.mark.parametrize(
+    ("dropout", "train", "counted"), [(0.0, True, False), (0.5, False, False), (0.5, True, True)]
+)
+def test_the_dropout_counter_reaches_the_graph_only_where_masks_are_drawn(
+    dropout: float, train: bool, counted: bool
+) -> None:
+    """The counter is a CPU tensor: as a graph input it would keep torch.compile's
+    "reduce-overhead" from capturing the call in a CUDA graph, so calls that draw no masks
+    (no dropout, or eval mode) pass None."""
+    layer = _layer("gru", layers=2, dropout=dropout).train(train)
+    (call,) = _rnn_nodes(layer)
+    step = call.args[5]
+    assert (step is not None) is counted, step
+    assert int(layer._dropout_step) == int(counted)
 
 
 def test_compile_dropout_reproducible_from_seed() -> None:
@@ -421,6 +441,45 @@ def test_a_plain_eager_call_skips_only_the_dispatcher() -> None:
         layer.opaque_kernel.detach(), x, h, None, None, None, *static, 0.0, 0, False, False
     )[0]
     assert torch.equal(direct, via_op)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_plain_eager_training_call_skips_only_the_dispatcher(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With gradient too: plain eager forwards and backwards run the operators'
+    implementations directly, with the bits of the dispatched call (seen under the profiler,
+    which makes them dispatch), every gradient included."""
+    dispatched: list[str] = []
+    for name in ("_rnn_op", "_rnn_backward_op"):
+        real = getattr(operator, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            dispatched.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(operator, name, spy)
+    torch.manual_seed(0)
+    layer = _layer("lstm", layers=2, dropout=0.3).to(dtype)
+    x = torch.randn(6, 3, 5, dtype=dtype, requires_grad=True)
+    lengths = torch.tensor([6, 2, 4])
+
+    def step() -> tuple[torch.Tensor, ...]:
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        layer._dropout_step.zero_()  # the same dropout masks in both runs
+        out, (h, c) = layer(x, sequence_lengths=lengths)
+        (out.square().sum() + h.sum() + c.sum()).backward()
+        assert layer.opaque_kernel.grad is not None and x.grad is not None
+        return out.detach(), h.detach(), layer.opaque_kernel.grad.clone(), x.grad.clone()
+
+    direct = step()
+    assert dispatched == []
+    with torch.profiler.profile():
+        via_ops = step()
+    assert dispatched == ["_rnn_op", "_rnn_backward_op"]
+    for a, b in zip(direct, via_ops):
+        assert torch.equal(a, b)
 
 
 # -- the planned call (a layer's call without state, lengths, dropout or gradient) ------------

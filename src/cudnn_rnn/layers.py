@@ -117,9 +117,11 @@ class _CudnnRNN(nn.Module, SpecProperties):
         self._spec: RNNSpec | None = None
         self._op: ops._CudnnRNN | None = None
         self._saveable: Any = None
-        # Counts the calls with dropout (call k draws the masks of seed k); not in state_dict.
-        self._dropout_step: Tensor
-        self.register_buffer("_dropout_step", torch.zeros((), dtype=torch.int64), persistent=False)
+        # Counts the calls with dropout (call k draws the masks of seed k). A CPU tensor on
+        # every device (the seed is read on the host: no GPU synchronisation) and no buffer:
+        # not in state_dict, not moved by .to(), and not broadcast by DistributedDataParallel,
+        # whose NCCL backend refuses CPU tensors (every replica counts the same calls).
+        self._dropout_step = torch.zeros((), dtype=torch.int64)
         if input_size is not None:
             self.build((None, None, input_size))
 

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, NamedTuple
+import inspect
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -521,10 +522,17 @@ def _grads(
     need_dx = bool(ctx.needs_input_grad[1])
     # Once differentiable: the gradient of the gradient is not defined (as with cuDNN's RNN).
     with torch.no_grad():
-        dparams, dx, dh0, dc0 = _rnn_backward_op(
-            params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
-            dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again, need_dx,
-        )  # fmt: skip
+        if _direct(params, x, h0, c0, y, dy, dhy, dcy, *reserve):
+            with _no_autocast(x.device):
+                dparams, dx, dh0, dc0 = _backward_impl(
+                    params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
+                    dy, dhy, dcy, tuple(ctx.static), ctx.dropout, ctx.traced, again, need_dx,
+                )  # fmt: skip
+        else:
+            dparams, dx, dh0, dc0 = _rnn_backward_op(
+                params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
+                dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again, need_dx,
+            )  # fmt: skip
     return dparams, dx, dh0, (dc0 if ctx.has_c else None)
 
 
@@ -552,9 +560,17 @@ class _RNNFunction(torch.autograd.Function):
         seed: int,
         traced: bool,
     ) -> tuple[Tensor, ...]:
-        *fixed, reserve = _rnn_op(
-            params, x, h0, c0, lengths, step, *static, dropout, seed, True, traced
-        )
+        static = cast(Static, tuple(static))  # torch.func's vmap passes a list
+        if not traced and _direct(params, x, h0, c0, lengths, step):
+            # What the operator would run, without its dispatch (see _direct).
+            with _no_autocast(x.device):
+                *fixed, reserve = _forward_impl(
+                    params, x, h0, c0, lengths, step, static, dropout, seed, True, traced
+                )
+        else:
+            *fixed, reserve = _rnn_op(
+                params, x, h0, c0, lengths, step, *static, dropout, seed, True, traced
+            )
         return (*fixed, *reserve)  # a Function returns tensors, not lists
 
     @staticmethod
@@ -570,6 +586,11 @@ class _RNNFunction(torch.autograd.Function):
     def vmap(info: Any, in_dims: tuple[Any, ...], *args: Any) -> Any:
         return _vmap_loop(info, in_dims, args, _RNNFunction.apply)
 
+
+# torch.autograd.Function.apply binds the arguments to ``forward``'s signature on every call
+# (it has a setup_context); inspect.signature reads ``__signature__`` first instead of building
+# it anew, which cost more than the rest of a small call's Python.
+_RNNFunction.forward.__signature__ = inspect.signature(_RNNFunction.forward)  # type: ignore[attr-defined]
 
 _PLAIN = (Tensor, torch.nn.Parameter)
 
@@ -589,6 +610,19 @@ def _plain_eager(*tensors: Tensor | None) -> bool:
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     return all(t is None or (type(t) in _PLAIN and not wrapped(t)) for t in tensors)
+
+
+def _direct(*tensors: Tensor | None) -> bool:
+    """Whether a differentiable call may run the operators' implementations directly, inside
+    :class:`_RNNFunction`'s forward and backward, rather than through the dispatcher: in plain
+    eager execution (:func:`_plain_eager`) with no ``torch.func`` transform active. It is the
+    same engine by the same rule on the same tensors, so the same bits (tested), at a fraction
+    of the dispatch cost of a small call; a compiler, a mode or a transform sees the operators."""
+    return (
+        not torch.compiler.is_compiling()  # first: what dynamo traces must see no more
+        and not torch._C._are_functorch_transforms_active()
+        and _plain_eager(*tensors)
+    )
 
 
 class EagerPlan(NamedTuple):
@@ -684,6 +718,9 @@ def rnn(
     ``dropout_step``, which is then advanced by one.
     """
     dropout = spec.dropout if training and spec.num_layers > 1 else 0.0
+    # The counter (a CPU tensor) reaches the operator only where a call draws masks: a graph
+    # with a CPU input is not captured in a CUDA graph (torch.compile's "reduce-overhead").
+    step = dropout_step if dropout else None
     static = static_of(spec)
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (params, x, h0, c0)
@@ -692,19 +729,15 @@ def rnn(
     lstm = spec.mode == CUDNN_LSTM
     if need_grad:
         out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
-            params, x, h0, c0, lengths, dropout_step, static, dropout, seed, traced
+            params, x, h0, c0, lengths, step, static, dropout, seed, traced
         )
         y, hy, cy = out[0], out[1], (out[2] if lstm else None)
-    elif not traced and _plain_eager(params, x, h0, c0, lengths, dropout_step):
+    elif not traced and _plain_eager(params, x, h0, c0, lengths, step):
         # What the operator would run, without its dispatch (half the cost of a tiny call).
         with _no_autocast(x.device):
-            y, hy, cy = _eager_forward(
-                params, x, h0, c0, lengths, dropout_step, static, dropout, seed
-            )
+            y, hy, cy = _eager_forward(params, x, h0, c0, lengths, step, static, dropout, seed)
     else:
-        out = _rnn_op(
-            params, x, h0, c0, lengths, dropout_step, *static, dropout, seed, False, traced
-        )
+        out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, False, traced)
         y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     if dropout and dropout_step is not None:
         with torch.no_grad():
