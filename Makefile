@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
 
-.PHONY: test demo bench gpu-check sanitize install lint typecheck pytest clean
+.PHONY: test demo bench bench-scaling gpu-check sanitize install lint typecheck pytest clean
 
 # The editable install also compiles the native engine (setup.py; optional: without a C compiler
 # the package installs and runs torch's kernels). Its sources are prerequisites, so an edit rebuilds.
@@ -42,6 +42,13 @@ test: lint typecheck pytest
 bench: install
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) benchmarks/suite.py --out docs
+
+# The thread-scaling run (benchmarks/scaling.py; issue 21, item 7): a subset of the suite's shapes at
+# 1, 2, 4, 8 and 16 threads (counts above the machine's cores are left out), against the peers with
+# the same threads; writes docs/benchmarks-16-cores.{md,json,png}.
+bench-scaling: install
+	$(PIP) install --quiet -e '.[bench]'
+	$(PY) benchmarks/scaling.py --out docs
 
 # Everything that needs CUDA (the cuda-marked tests, opcheck, torch.compile, a short benchmark
 # against torch.nn's cuDNN), written into docs/gpu.md by tools/gpu_check.py; without CUDA it says

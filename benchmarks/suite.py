@@ -129,6 +129,7 @@ from cudnn_rnn.bench import (
     installed,
     layer_call,
     measure,
+    ort_options,
     random_batches,
     sync,
     time_alternating,
@@ -478,7 +479,7 @@ def _ort_matmul_time(a: np.ndarray, b: np.ndarray) -> float:
         graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets)
     )
     onnx.checker.check_model(model)
-    options = ort.SessionOptions()
+    options = ort_options()
     options.add_session_config_entry("session.force_spinning_stop", "1")
     session = ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
     return best_time(lambda: session.run(None, {"A": a, "B": b}))

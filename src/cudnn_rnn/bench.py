@@ -88,9 +88,11 @@ __all__ = [
     "installed",
     "layer_call",
     "measure",
+    "ort_options",
     "random_batches",
     "report",
     "runtime_jobs",
+    "runtime_threads",
     "serve_runtime",
     "sync",
     "time_alternating",
@@ -771,17 +773,35 @@ def _runtime_peers(
     return peers
 
 
+def runtime_threads() -> int:
+    """The threads each runtime may use: torch's (``torch.get_num_threads()``, which
+    ``OMP_NUM_THREADS`` sets), so that every implementation gets the same cores. Their own
+    defaults are every physical core, which is torch's default too."""
+    return torch.get_num_threads()
+
+
+def ort_options() -> Any:
+    """onnxruntime's session options as every session of the benchmarks makes them."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = runtime_threads()
+    return options
+
+
 def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """A function of the feeds that returns the model's first output, as ``runtime`` runs it."""
+    """A function of the feeds that returns the model's first output, as ``runtime`` runs it,
+    on :func:`runtime_threads` threads."""
     if runtime == "onnxruntime":
         import onnxruntime as ort
 
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(path, ort_options(), providers=["CPUExecutionProvider"])
         return lambda feeds: session.run(None, feeds)[0]
     import openvino
 
     # f32: OpenVINO's default on CPUs with bf16 instructions is bf16 inference.
-    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": runtime_threads()}
+    compiled = openvino.Core().compile_model(path, "CPU", config)
     return lambda feeds: compiled(feeds)[0]
 
 
