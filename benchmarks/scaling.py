@@ -95,9 +95,7 @@ def worker(
             "peak_engine": engine, "rows": rows}  # fmt: skip
 
 
-def _run_worker(
-    threads: int, args: argparse.Namespace, log: Callable[[str], None]
-) -> dict[str, Any]:
+def _run_worker(threads: int, args: argparse.Namespace) -> dict[str, Any]:
     """:func:`worker` in a fresh interpreter with the thread count in its environment."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,14 +111,6 @@ def _run_worker(
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise RuntimeError(f"{threads} threads: the worker failed: " + " | ".join(tail))
         return json.loads(out.read_text())  # type: ignore[no-any-return]
-
-
-def _fastest(times: dict[str, float]) -> tuple[str, float] | None:
-    peers = {k: v for k, v in times.items() if k != OURS}
-    if not peers:
-        return None
-    best = min(peers, key=peers.__getitem__)
-    return best, peers[best]
 
 
 def report(runs: Sequence[dict[str, Any]], machine: dict[str, str], skipped: Sequence[str]) -> str:
@@ -165,7 +155,7 @@ def report(runs: Sequence[dict[str, Any]], machine: dict[str, str], skipped: Seq
             t = row["inference"]
             ours = t[OURS]
             base = ours if base is None else base  # the fewest threads
-            best = _fastest(t)
+            best = suite._fastest_peer(t)
             cells = [
                 str(r["threads"]), f"{ours * 1e3:.2f}",
                 *(f"{t[p] * 1e3:.2f}" if p in t else "-" for p in peers),
@@ -196,7 +186,7 @@ def _targets(runs: Sequence[dict[str, Any]]) -> list[str]:
             met = "met" if share >= PEAK_SHARE else "**missed**"
             rows.append([row["label"], f">= {PEAK_SHARE:.0%} of the matmul peak",
                          f"{share:.0%}", met])  # fmt: skip
-        best = _fastest(row["inference"])
+        best = suite._fastest_peer(row["inference"])
         if row["batch"] >= 16 and best is not None:
             ratio = ours / best[1]
             met = "met" if ratio <= PEER_RATIO else "**missed**"
@@ -272,7 +262,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
             break
         log(f"{threads} threads ...")
         try:
-            runs.append(_run_worker(threads, args, log))
+            runs.append(_run_worker(threads, args))
         except RuntimeError as err:
             skipped.append(str(err))
             log(str(err))
