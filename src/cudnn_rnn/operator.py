@@ -403,8 +403,10 @@ def _backward_impl(
         masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
         y, hy, cy if has_c else None, workspace, list(reserve), again, need_dx,
     )  # fmt: skip
-    grads = Grads(dy.contiguous(), dhy.contiguous(), dcy.contiguous() if has_c else None)
-    dparams, dx, dh0, dc0 = engines.engine_for(call).backward(call, saved, grads)
+    engine = engines.engine_for(call)
+    dy = dy if engine.strided_dy else dy.contiguous()  # see engines.base
+    grads = Grads(dy, dhy.contiguous(), dcy.contiguous() if has_c else None)
+    dparams, dx, dh0, dc0 = engine.backward(call, saved, grads)
     return dparams, dx, dh0, (dc0 if dc0 is not None else _empty(x))
 
 
@@ -592,6 +594,13 @@ class _RNNFunction(torch.autograd.Function):
 # it anew, which cost more than the rest of a small call's Python.
 _RNNFunction.forward.__signature__ = inspect.signature(_RNNFunction.forward)  # type: ignore[attr-defined]
 
+#: What ``_RNNFunction.apply`` runs outside torch.func transforms once it has bound the
+#: arguments to ``forward``'s signature (a no-op when every argument is passed, as :func:`rnn`
+#: passes them) and unwrapped functorch's dead wrappers (:func:`rnn` takes the full ``apply``
+#: for functorch tensors): torch's C ``apply``, without the binding's cost (a tenth of a small
+#: training step's Python).
+_APPLY = super(torch.autograd.Function, _RNNFunction).apply
+
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
@@ -728,9 +737,16 @@ def rnn(
     traced = torch.compiler.is_compiling()
     lstm = spec.mode == CUDNN_LSTM
     if need_grad:
-        out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
-            params, x, h0, c0, lengths, step, static, dropout, seed, traced
-        )
+        args = (params, x, h0, c0, lengths, step, static, dropout, seed, traced)
+        wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+        if (
+            traced
+            or torch._C._are_functorch_transforms_active()
+            or any(t is not None and wrapped(t) for t in (params, x, h0, c0))
+        ):
+            out = _RNNFunction.apply(*args)  # type: ignore[no-untyped-call]
+        else:
+            out = _APPLY(*args)  # type: ignore[no-untyped-call]
         y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     elif not traced and _plain_eager(params, x, h0, c0, lengths, step):
         # What the operator would run, without its dispatch (half the cost of a tiny call).

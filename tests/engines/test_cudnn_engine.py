@@ -148,6 +148,44 @@ def test_the_buffer_is_handed_to_cudnn_in_place_and_its_gradient_comes_back_as_o
     assert params.grad is not None
     # The gradient is cuDNN's own buffer of weight gradients, not a copy of it.
     assert params.grad.untyped_storage().data_ptr() == storages[0]
+
+
+@pytest.mark.parametrize("lengths", [None, [4, 2, 3]], ids=["full", "lengths"])
+def test_the_outputs_gradient_reaches_cudnn_as_the_caller_made_it(
+    standin: StandIn, lengths: list[int] | None
+) -> None:
+    """The gradient of ``out.sum()`` is one value expanded over the output: aten's backward
+    makes it contiguous itself, freed before cuDNN's workspace, so the operator must not hold an
+    output-sized copy through the backward (torch.nn's peak memory is the bar)."""
+    spec = RNNSpec("gru", 1, 3, 2)
+    case = make_case(spec, 4, 3)
+    op = make_op(spec)
+    params = op.canonical_to_params(case.weights, case.biases).requires_grad_()
+    x, h = torch.as_tensor(case.x), torch.as_tensor(case.h0)
+    seen: list[torch.Tensor] = []
+    real = standin.rnn_backward
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[7])  # dy
+        return real(*args)
+
+    standin.rnn_backward = spy  # type: ignore[method-assign]
+    grads = []
+    for loss in (lambda y: y.sum(), lambda y: (y * torch.ones_like(y)).sum()):
+        params.grad = None
+        loss(op(x, h, params, sequence_lengths=lengths)[0]).backward()
+        assert params.grad is not None
+        grads.append(params.grad)
+    if lengths is None:
+        assert seen[0].stride() == (0, 0, 0)  # the expanded gradient, not a copy
+    assert seen[1].is_contiguous()
+    torch.testing.assert_close(grads[0], grads[1], atol=0, rtol=0)
+    # The engines that need it contiguous still get it so (the native engine refuses others).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cudnn.Cudnn, "supports", lambda self, call: False)
+        params.grad = None
+        op(x, h, params, sequence_lengths=lengths)[0].sum().backward()
+        torch.testing.assert_close(params.grad, grads[0], atol=1e-12, rtol=0)
     assert cudnn.plan(layout_of(spec), F64, torch.device("cpu")).in_place
 
 

@@ -12,6 +12,13 @@ without knowing which it is:
 * ``backward(call, saved, grads)``: ``(dparams, dx, dh0, dc0 or None)`` from what ``forward``
   kept.
 
+and one fact, ``strided_dy``: whether its backward takes the output's gradient with the
+caller's strides (the gradient of ``out.sum()`` is one value expanded over the output: no
+memory). Every other tensor an engine gets is C-contiguous; where ``strided_dy`` is False the
+operator makes ``dy`` so too, and where it is True the engine's kernel makes its own contiguous
+copy where it needs one, which it frees before its largest allocation (aten's cuDNN backward
+does), rather than an output-sized copy the operator would hold through the whole backward.
+
 ``batch == 0`` never reaches an engine: the operator answers it once, from ``kept``.
 """
 
@@ -129,7 +136,8 @@ class Saved(NamedTuple):
 
 
 class Grads(NamedTuple):
-    """Gradients of the forward's outputs (zeros where the caller used none)."""
+    """Gradients of the forward's outputs (zeros where the caller used none); ``dy`` with the
+    caller's strides for an engine whose ``strided_dy`` is True, the others contiguous."""
 
     dy: Tensor
     dhy: Tensor
@@ -140,6 +148,7 @@ class Engine(Protocol):
     """One way of computing the fused RNN (see the module docstring)."""
 
     name: str
+    strided_dy: bool
 
     def supports(self, call: Call) -> bool: ...
 

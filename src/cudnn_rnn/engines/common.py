@@ -116,6 +116,7 @@ class WorkspaceEngine:
     is needed, and their backward functions take the same arguments."""
 
     name: str
+    strided_dy = False
 
     #: ``(layout, params, x, h0, c0, lengths, masks, ws, y, dy, dhy, dcy) -> (dparams, dx, dh0,
     #: dc0)``: the engine module's backward function.

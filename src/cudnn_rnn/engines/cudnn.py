@@ -310,8 +310,14 @@ def packing(lengths: Tensor | None, steps: int, device: torch.device) -> Packing
     sorted_lengths, order = torch.sort(lengths, descending=True, stable=True)
     longest = int(sorted_lengths[0])
     batch_sizes = (torch.arange(longest)[:, None] < sorted_lengths[None, :]).sum(1)
-    order_dev = order.to(device)
-    return Packing(order_dev, torch.argsort(order_dev), sorted_lengths, batch_sizes, steps)
+    both = torch.stack([order, torch.argsort(order)])  # the order and its inverse, on the CPU
+    if device.type != "cpu":
+        # One copy from page-locked memory, queued behind the stream's work: a copy from
+        # pageable memory would wait for the GPU to finish everything queued before it (a
+        # host synchronisation on every call with lengths). torch's host allocator keeps the
+        # page-locked block until the copy has run.
+        both = both.pin_memory().to(device, non_blocking=True)
+    return Packing(both[0], both[1], sorted_lengths, batch_sizes, steps)
 
 
 def _states(pk: Packing | None, *states: Tensor | None) -> list[Tensor | None]:
@@ -348,6 +354,9 @@ class Cudnn:
     """The engine object of the rule table (see :mod:`cudnn_rnn.engines.base`)."""
 
     name = NAME
+    #: aten's backward makes ``dy`` contiguous itself and frees that copy before cuDNN's
+    #: workspace is allocated, as for torch.nn: one output-sized buffer less at the peak.
+    strided_dy = True
 
     def supports(self, call: Call) -> bool:
         spec = call.spec
@@ -426,8 +435,8 @@ class Cudnn:
             reserve = self._run(call, p, buf, s.x, hx, cx, pk, state, True)[3]
         has_c = s.c0 is not None
 
-        def packed(t: Tensor) -> Tensor:
-            return t.contiguous() if pk is None else pk.pack(t)
+        def packed(t: Tensor) -> Tensor:  # x and y are contiguous; dy as the caller made it
+            return t if pk is None else pk.pack(t)
 
         dx, dhx, dcx, dws = ATEN.rnn_backward(
             packed(s.x), _weight_list(p, buf), p.stride0, buf, hx, cx,

@@ -152,6 +152,7 @@ class OneDNN:
     """The engine object of the rule table (see :mod:`cudnn_rnn.engines.base`)."""
 
     name = NAME
+    strided_dy = False
 
     def supports(self, call: Call) -> bool:
         # Traced calls keep the loop's workspace, whose length follows from the shapes: a

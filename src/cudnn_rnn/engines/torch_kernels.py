@@ -282,6 +282,7 @@ class TorchKernels:
     """Calls without gradient on torch's kernels: nothing is kept."""
 
     name = "torch"
+    strided_dy = False
 
     def supports(self, call: Call) -> bool:
         return not call.need_grad
