@@ -52,9 +52,23 @@ bench-scaling: install
 
 # Everything that needs CUDA (the cuda-marked tests, opcheck, torch.compile, a short benchmark
 # against torch.nn's cuDNN), written into docs/gpu.md by tools/gpu_check.py; without CUDA it says
-# so and changes nothing.
+# so and changes nothing. On a GPU machine that cannot install the pinned torch (no network) but
+# whose own python has a CUDA torch and the package's other dependencies:
+# make gpu-check GPU_PYTHON=python3 compiles the engine for that python with setup.py's flags and
+# runs the check from the source tree.
+GPU_PYTHON ?=
+ENGINE_FLAGS := -std=gnu11 -O3 -pthread -fvisibility=default -shared -fPIC
+ifeq ($(GPU_PYTHON),)
 gpu-check: install
 	$(PY) tools/gpu_check.py --out docs
+else
+gpu-check:
+	$(GPU_PYTHON) -c "import torch" || { echo "$(GPU_PYTHON) has no torch"; exit 1; }
+	$${CC:-cc} $(ENGINE_FLAGS) -o src/cudnn_rnn/_engine$$($(GPU_PYTHON) -c \
+		"import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") \
+		src/cudnn_rnn/_native/engine.c -ldl
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) tools/gpu_check.py --out docs
+endif
 
 # The native engine built with AddressSanitizer and UBSan, and every native test run under them
 # (about two minutes; `make test` runs a quick subset in tests/test_sanitize.py).
