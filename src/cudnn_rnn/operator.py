@@ -596,9 +596,9 @@ _RNNFunction.forward.__signature__ = inspect.signature(_RNNFunction.forward)  # 
 
 #: What ``_RNNFunction.apply`` runs outside torch.func transforms once it has bound the
 #: arguments to ``forward``'s signature (a no-op when every argument is passed, as :func:`rnn`
-#: passes them) and unwrapped functorch's dead wrappers (:func:`rnn` takes the full ``apply``
-#: for functorch tensors): torch's C ``apply``, without the binding's cost (a tenth of a small
-#: training step's Python).
+#: passes them) and unwrapped functorch's dead wrappers (none in a :func:`_direct` call, the
+#: only one :func:`rnn` makes through this): torch's C ``apply``, without the binding's cost (a
+#: tenth of a small training step's Python).
 _APPLY = super(torch.autograd.Function, _RNNFunction).apply
 
 _PLAIN = (Tensor, torch.nn.Parameter)
@@ -738,15 +738,10 @@ def rnn(
     lstm = spec.mode == CUDNN_LSTM
     if need_grad:
         args = (params, x, h0, c0, lengths, step, static, dropout, seed, traced)
-        wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-        if (
-            traced
-            or torch._C._are_functorch_transforms_active()
-            or any(t is not None and wrapped(t) for t in (params, x, h0, c0))
-        ):
-            out = _RNNFunction.apply(*args)  # type: ignore[no-untyped-call]
-        else:
+        if not traced and _direct(params, x, h0, c0, lengths, step):
             out = _APPLY(*args)  # type: ignore[no-untyped-call]
+        else:
+            out = _RNNFunction.apply(*args)  # type: ignore[no-untyped-call]
         y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     elif not traced and _plain_eager(params, x, h0, c0, lengths, step):
         # What the operator would run, without its dispatch (half the cost of a tiny call).

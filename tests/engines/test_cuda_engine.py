@@ -26,6 +26,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import cudnn
 from tests.support.helpers import check_export_dynamic, make_case, make_op, run_oracle
+from tools.gpu_check import peak_bytes
 
 STANDIN = os.environ.get("CUDNN_RNN_STANDIN") == "1"
 DEVICE = "cpu" if STANDIN else "cuda"
@@ -199,15 +200,6 @@ def test_the_buffer_is_used_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(cudnn.ATEN, "rnn", spy)
 
-    def grown(call: Any) -> int:
-        """Bytes the allocator's peak rose by during ``call`` (after a warming call)."""
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        call()
-        return int(torch.cuda.max_memory_allocated()) - before
-
     with torch.no_grad():
         layer(x)  # builds, plans
         if DEVICE == "cuda":
@@ -216,9 +208,10 @@ def test_the_buffer_is_used_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
             # allocate no more than it, which a copy of the weights would.
             peer = convert.to_torch(layer)
             peer.flatten_parameters()
-            ours = grown(lambda: layer(x))
+            ours = peak_bytes(lambda: layer(x), DEVICE)
             with cudnn.ieee_float32(dtype):  # the same math as ours
-                theirs = grown(lambda: peer(x))
+                theirs = peak_bytes(lambda: peer(x), DEVICE)
+            assert ours is not None and theirs is not None
             weights = layer.opaque_kernel.numel() * layer.opaque_kernel.element_size()
             assert ours <= theirs + weights / 4, (
                 f"{ours} bytes allocated during our call, {theirs} during torch.nn's "
@@ -266,15 +259,8 @@ def test_a_training_step_allocates_no_more_than_torch_nn(lengths: bool) -> None:
                 y = pad_packed_sequence(peer(packed)[0], total_length=steps)[0]
             y.sum().backward()
 
-    def peak(step: Any) -> int:
-        step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        return int(torch.cuda.max_memory_allocated()) - before
-
-    got, want = peak(ours), peak(theirs)
+    got, want = peak_bytes(ours, DEVICE), peak_bytes(theirs, DEVICE)
+    assert got is not None and want is not None
     bound = 1.05 if lengths else 1.01
     assert got <= want * bound, f"{got} bytes at our training step's peak, {want} at torch.nn's"
 
