@@ -769,14 +769,23 @@ def test_library_refuses_a_bad_group_of_loops() -> None:
     assert lib.cr_forward_many(pointers, 0) == 2
 
 
-def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The weight gradients' products: oneDNN (where torch has it) for CPU float32 operands
-    without gaps whose temporary is no larger than an operand, torch's matmul otherwise (a
-    slice of a matrix's columns took oneDNN 80 s); both within float32 rounding of float64."""
+@pytest.mark.parametrize("onednn", [True, False])
+def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch, onednn: bool) -> None:
+    """The weight gradients' products: where oneDNN is the machine's product (see
+    ``test_onednn_or_mkl_by_vendor``), oneDNN for CPU float32 operands without gaps whose
+    temporary is no larger than an operand, torch's matmul otherwise (a slice of a matrix's
+    columns took oneDNN 80 s); both within float32 rounding of float64."""
     from cudnn_rnn.engines import common
 
     calls: list[tuple[int, ...]] = []
-    real = common._ONEDNN_LINEAR
+    real = (
+        getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+        if onednn and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+        else None
+    )
+    if onednn and real is None:
+        pytest.skip("torch is built without oneDNN")
+    monkeypatch.setattr(common, "_ONEDNN_LINEAR", None)
 
     class Spy:
         def __call__(self, a: torch.Tensor, *rest: Any) -> Any:
@@ -804,12 +813,49 @@ def test_backward_products_by_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     w = torch.randn(96, 40, generator=g)
     add = torch.randn(300, 40, generator=g)
+    want_out = gates.double() @ w.double() + add.double()
     out = common.product_t(gates, w.t(), add)
-    torch.testing.assert_close(
-        out.double(), gates.double() @ w.double() + add.double(), rtol=1e-5, atol=1e-4
-    )
+    torch.testing.assert_close(out.double(), want_out, rtol=1e-5, atol=1e-4)
     if real is not None:  # the whole matrix and the product with add went to oneDNN, the rest not
         assert calls == [(40, 300), (300, 96)]
+    else:  # torch's matmul made the sum in ``add``
+        assert calls == [] and out.data_ptr() == add.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("vendor", "mkl", "native"),
+    [
+        ("GenuineIntel", True, True),
+        ("GenuineIntel", False, False),
+        ("AuthenticAMD", True, False),
+        ("", True, False),
+    ],
+)
+def test_onednn_or_mkl_by_vendor(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, mkl: bool, native: bool
+) -> None:
+    """The backward's products take torch's matmul where it is MKL on an Intel CPU (MKL's
+    AVX-512 path beat oneDNN's transposed-operand products there) and oneDNN elsewhere (MKL
+    takes its AVX2 path on AMD); the machine decides, never a timing."""
+    from cudnn_rnn.engines import common
+
+    monkeypatch.setattr(common, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    assert common._mkl_native() is native
+
+
+def test_cpu_vendor_reads_the_kernels_report() -> None:
+    from cudnn_rnn.engines import common
+
+    vendor = common.cpu_vendor()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        assert vendor == ""
+        return
+    lines = [ln for ln in text.splitlines() if ln.startswith("vendor_id")]
+    assert vendor == (lines[0].split(":", 1)[1].strip() if lines else "")
 
 
 @needs_engine

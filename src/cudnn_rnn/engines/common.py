@@ -158,13 +158,36 @@ def split_workspace(
     return per_layer, inputs
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string as the kernel reports it (``GenuineIntel``, ``AuthenticAMD``), or
+    ``""`` where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _mkl_native() -> bool:
+    """Whether ``torch.mm`` is MKL on an Intel CPU, where MKL takes its AVX-512 path."""
+    mkl = bool(torch.backends.mkl.is_available())  # type: ignore[no-untyped-call]
+    return mkl and cpu_vendor() == "GenuineIntel"
+
+
 #: oneDNN's float32 product on the CPU (``torch.ops.mkldnn._linear_pointwise``: ``a @ w.T``), or
-#: None where torch is built without it. MKL, which ``torch.mm`` runs, takes its AVX2 path on
-#: AMD CPUs: on a 2-core AMD EPYC with AVX-512 it made the backward's three products at about
-#: 200 GFLOP/s against 370-450 for oneDNN (docs/design_notes.md).
+#: None where torch's matmul is the better product or torch is built without oneDNN. MKL, which
+#: ``torch.mm`` runs, takes its AVX2 path on AMD CPUs: on a 2-core AMD EPYC with AVX-512 it made
+#: the backward's three products at about 200 GFLOP/s against 370-450 for oneDNN. On Intel CPUs
+#: it takes its AVX-512 path: on a 2-core Xeon (Emerald Rapids) ``torch.mm`` made them at
+#: 186-239 GFLOP/s against 76-213 for oneDNN, whose product of transposed operands reorders
+#: them first (docs/design_notes.md). A rule on the machine, fixed at import: every call on one
+#: machine takes the same product and gives the same bits.
 _ONEDNN_LINEAR: Any = (
     getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-    if torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    if torch.backends.mkldnn.is_available() and not _mkl_native()  # type: ignore[no-untyped-call]
     else None
 )
 
@@ -187,15 +210,15 @@ def _onednn(a: Tensor, b: Tensor) -> bool:
 
 
 def product_t(a: Tensor, b: Tensor, add: Tensor | None = None) -> Tensor:
-    """``a @ b.T`` (plus ``add``, a contiguous tensor of the result's shape, where given), by
-    rule: oneDNN's product where :func:`_onednn` says so, else torch's matmul. Either gives
-    the same bits on every call."""
+    """``a @ b.T`` (plus ``add``, a contiguous tensor of the result's shape, where given: on
+    torch's matmul the sum is made in ``add``, which is returned), by rule: oneDNN's product
+    where :func:`_onednn` says so, else torch's matmul. Either gives the same bits on every
+    call."""
     if _onednn(a, b):
         if add is None:
             return _ONEDNN_LINEAR(a, b, None, "none", [], "")  # type: ignore[no-any-return]
         return _ONEDNN_LINEAR.binary(a, add, b, None, "add")  # type: ignore[no-any-return]
-    out = a @ b.t()
-    return out if add is None else out.add_(add)
+    return a @ b.t() if add is None else add.addmm_(a, b.t())
 
 
 def reduce_rows(dst: Tensor, g: Tensor, x: Tensor) -> None:
