@@ -53,22 +53,25 @@ needs_engine = pytest.mark.skipif(
 )
 
 
+def _spy(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: list[str], tag: str
+) -> None:
+    """Replaces ``module.name`` by a wrapper that appends ``tag`` to ``calls`` on each call."""
+    real = getattr(module, name)
+
+    def spy(*a: Any, **k: Any) -> Any:
+        calls.append(tag)
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, spy)
+
+
 @pytest.fixture
 def count_native(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Records every native forward/backward call."""
     calls: list[str] = []
-    fwd, bwd = native.forward, native.backward
-
-    def forward(*a: Any, **k: Any) -> Any:
-        calls.append("forward")
-        return fwd(*a, **k)
-
-    def backward(*a: Any, **k: Any) -> Any:
-        calls.append("backward")
-        return bwd(*a, **k)
-
-    monkeypatch.setattr(native, "forward", forward)
-    monkeypatch.setattr(native, "backward", backward)
+    _spy(monkeypatch, native, "forward", calls, "forward")
+    _spy(monkeypatch, native, "backward", calls, "backward")
     yield calls
 
 
@@ -566,6 +569,48 @@ def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
 
 
 @needs_engine
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_input_gradient_in_chunks_gives_back_the_gates(
+    monkeypatch: pytest.MonkeyPatch, accumulate: bool
+) -> None:
+    """A layer above the first makes its input gradient ``dgi @ W`` in chunks of rows and gives
+    back the gates' gradients' whole pages as it goes (the peak of the LSTM with lengths was
+    that product, made while both directions' gates were held): the gradient is dgi @ W (plus
+    the other direction's, summed in place) to float32 rounding, every whole page of ``dgi``
+    reads as zeros afterwards (each was read first), and nothing outside it is touched."""
+    from cudnn_rnn.engines.common import Weights
+
+    size = os.sysconf("SC_PAGE_SIZE")
+    monkeypatch.setattr(native, "RELEASE_BYTES", 3 * size)  # several chunks
+    g = torch.Generator().manual_seed(5)
+    steps, batch, gates, width = 9, 7, 96, 40  # 63 rows, 24 KiB of gates: 8 chunks
+    numel = steps * batch * gates
+    buf = torch.full((numel + 3 * size,), 7.0)
+    offset = size // 4 + 5  # dgi starts and ends mid-page
+    dgi = buf[offset : offset + numel].view(steps, batch, gates)
+    dgi.copy_(torch.randn(steps, batch, gates, generator=g))
+    w = torch.randn(gates, width, generator=g)
+    wt = Weights(w, torch.empty(gates, 1), torch.empty(gates), torch.empty(gates), None)
+    into = torch.randn(steps, batch, width, generator=g) if accumulate else None
+    want = dgi.double().reshape(-1, gates) @ w.double()
+    if into is not None:
+        want += into.double().reshape(-1, width)
+    got = native._input_grad_releasing(wt, dgi, into)
+    assert got.shape == (steps, batch, width)
+    torch.testing.assert_close(got.double().reshape(-1, width), want, rtol=1e-5, atol=1e-4)
+    if into is not None:
+        assert got.data_ptr() == into.data_ptr()
+    start, end = dgi.data_ptr(), dgi.data_ptr() + 4 * numel
+    first, last = -(-start // size) * size, end // size * size
+    address = buf.data_ptr() + 4 * torch.arange(buf.numel())
+    inside = (address >= first) & (address < last)
+    assert int(inside.sum()) >= numel - 2 * size // 4
+    assert torch.all(buf[inside] == 0)
+    outside = (address < start) | (address >= end)
+    assert torch.all(buf[outside] == 7.0)
+
+
+@needs_engine
 def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     """``cr_release`` (the backward's way of freeing finished parts of the workspace): the
     whole pages inside the part read as zeros afterwards and leave the resident set (give or
@@ -921,14 +966,9 @@ def test_the_input_gradient_is_made_only_when_asked_for(
     h0 = torch.randn(4, 3, 16, requires_grad=True)
     state = (h0, torch.randn(4, 3, 16)) if mode == "lstm" else (h0,)
     lengths = torch.tensor([7, 4, 2])
-    wanted: list[bool] = []
-    real = common.input_grads
-
-    def spy(*a: Any) -> Any:
-        wanted.append(a[-1] if len(a) > 6 else True)
-        return real(*a)
-
-    monkeypatch.setattr(native, "input_grads", spy)
+    made: list[str] = []  # the input gradient's products: layer 1's in chunks, layer 0's whole
+    _spy(monkeypatch, native, "product_t_into", made, "chunk")
+    _spy(monkeypatch, common, "product_t", made, "whole")
 
     def grads(x: torch.Tensor) -> list[torch.Tensor]:
         out = layer(x, state, sequence_lengths=lengths, training=True)[0]
@@ -936,9 +976,9 @@ def test_the_input_gradient_is_made_only_when_asked_for(
         return list(torch.autograd.grad(loss, [layer.opaque_kernel, h0]))
 
     without = grads(x)
-    assert wanted == [True, True, False, False]  # layer 1's two directions, then layer 0's
-    wanted.clear()
+    assert made == ["chunk", "chunk"]  # layer 1's two directions; none for layer 0
+    made.clear()
     with_dx = grads(x.clone().requires_grad_())
-    assert wanted == [True, True, True, True]
+    assert made == ["chunk", "chunk", "whole", "whole"]
     for a, b in zip(without, with_dx):
         assert torch.equal(a, b)

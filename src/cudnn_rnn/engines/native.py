@@ -48,6 +48,7 @@ rule falls back to torch's kernels; a missing library is reported once with a
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.machinery
 import os
 import threading
@@ -63,8 +64,10 @@ from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Saved
 from cudnn_rnn.engines.common import (
+    Weights,
     WorkspaceEngine,
     input_grads,
+    product_t_into,
     pseudo_layers,
     recurrent_grads,
     split_workspace,
@@ -662,9 +665,54 @@ def _release(part: Tensor) -> None:
     come (a single layer's backward ends with its own products)."""
     if part.numel() * part.element_size() < RELEASE_BYTES:
         return
+    start = _ptr(part)
+    assert start is not None
+    _release_bytes(start, start + part.numel() * part.element_size())
+
+
+def _release_bytes(start: int, end: int) -> None:
+    """Gives back the whole pages between two addresses of one part the backward has finished
+    with (``cr_release``: pages that straddle either end are kept)."""
     lib = _library().lib
     assert lib is not None
-    lib.cr_release(_ptr(part), part.numel() * part.element_size())
+    if end > start:
+        lib.cr_release(ctypes.c_void_p(start), ctypes.c_int64(end - start))
+
+
+@functools.cache
+def _page_bytes() -> int:
+    """The OS's page size (4096 where it cannot be asked)."""
+    try:
+        return int(os.sysconf("SC_PAGESIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 4096
+
+
+def _input_grad_releasing(wt: Weights, dgi: Tensor, into: Tensor | None) -> Tensor:
+    """A layer's input gradient ``dgi @ W`` (added to ``into``, the other direction's, where
+    given) made in chunks of rows; after each chunk the whole pages of the gates' gradients
+    it read go back to the OS (``dgi`` is a finished part of the workspace). So the input
+    gradient's pages come in as the gates' go out, and the product adds nothing to the step's
+    peak: the LSTM 2-layer bidirectional with lengths had its peak here (the gradient, 4.9 MB,
+    made while both directions' gates were held). A chunk holds at least
+    :data:`RELEASE_BYTES` of gates, so the products stay large and the syscalls few."""
+    assert wt.w is not None  # a layer above the first always has its input matrix
+    steps, batch, gates = int(dgi.shape[0]), int(dgi.shape[1]), int(dgi.shape[2])
+    rows, width = steps * batch, int(wt.w.shape[1])
+    flat = dgi.reshape(rows, gates)
+    out = into.view(rows, width) if into is not None else flat.new_empty(rows, width)
+    chunk = max(1, -(-RELEASE_BYTES // (gates * flat.element_size())))
+    page = _page_bytes()
+    done = 0  # the bytes of ``flat`` up to which whole pages were given back
+    for r0 in range(0, rows, chunk):
+        r1 = min(rows, r0 + chunk)
+        product_t_into(flat[r0:r1], wt.w.t(), out[r0:r1], accumulate=into is not None)
+        # From the page holding the last chunk's end (read by then), to this chunk's end.
+        start = (flat.data_ptr() + done) // page * page
+        end = flat.data_ptr() + r1 * gates * flat.element_size()
+        _release_bytes(max(start, flat.data_ptr()), end)
+        done = end - flat.data_ptr()
+    return out.view(steps, batch, width)
 
 
 def backward(
@@ -779,10 +827,11 @@ def backward(
             del h_prev
             if layer > 0 and len(kept) > 1:  # finished with: the states, or the GRU's dghn
                 _release(kept[1])
-            want = layer > 0 or need_dx
-            d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, want)
-            if layer > 0:  # and the gates' gradients
-                _release(kept[0])
+            if layer > 0:  # the input's gradient as the gates' gradients are given back
+                input_grads(spec, weights[p], grads[p], u, dgi, None, False)  # dW alone
+                d_in = _input_grad_releasing(weights[p], dgi, d_in)
+            else:
+                d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, need_dx)
         if 0 < layer < spec.num_layers - 1:  # this layer's output, read for its states
             _release(inputs[layer])
         if d_in is None:  # layer 0 and nothing wants the input's gradient
