@@ -10,8 +10,9 @@ projection of at most 128 rows; :func:`in_place_limits`), since packing costs se
 of one row. A bidirectional layer's two directions go to C in one call, which runs them at once
 on half the threads each where :func:`directions_together` says so. The backward loop does the
 same in reverse, and the weight gradients over all steps are products that reduce over the rows
-(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: oneDNN's where torch has it, by
-rule).
+(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: by rule torch's matmul where it
+is MKL on an Intel CPU, else oneDNN's where torch has it); a layer above the first makes its
+input gradient in chunks that give the gates' pages back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
