@@ -610,6 +610,51 @@ def test_input_gradient_in_chunks_gives_back_the_gates(
     assert torch.all(buf[outside] == 7.0)
 
 
+def _vm_flags(address: int) -> list[str] | None:
+    """The VmFlags of the mapping holding ``address`` (/proc/self/smaps), None where unknown."""
+    try:
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0] if line else ""
+        if "-" in head and ":" not in head:
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+@needs_engine
+def test_a_large_workspace_asks_for_huge_pages() -> None:
+    """``cr_advise_huge`` (a training forward's fresh workspace, before it is written): the
+    whole 2 MiB blocks inside the buffer are marked for transparent huge pages (the mapping's
+    ``hg`` flag) and no value moves; a null or short range is refused by no one and changes
+    nothing. Whether the kernel then hands out huge pages is its own business."""
+    lib = native._library().lib
+    assert lib is not None
+    t = torch.arange(native.HUGE_BYTES // 4 * 2, dtype=torch.float32)  # 16 MiB, written
+    want = t.clone()
+    assert lib.cr_advise_huge(None, 1 << 30) == 0
+    assert lib.cr_advise_huge(t.data_ptr() + 4, 1024) == 0  # no whole block inside
+    rc = lib.cr_advise_huge(t.data_ptr(), t.numel() * 4)
+    assert torch.equal(t, want)
+    if rc != 0:
+        pytest.skip("this kernel has no transparent huge pages (madvise refused)")
+    block = -(-t.data_ptr() // (2 << 20)) * (2 << 20)  # the first whole 2 MiB block
+    flags = _vm_flags(block)
+    if flags is None:
+        pytest.skip("no /proc/self/smaps")
+    assert "hg" in flags
+    fresh = torch.empty(native.HUGE_BYTES // 4 * 2)
+    native._advise_huge(fresh)  # the engine's own call, above HUGE_BYTES
+    flags = _vm_flags(-(-fresh.data_ptr() // (2 << 20)) * (2 << 20))
+    assert flags is not None and "hg" in flags
+
+
 @needs_engine
 def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     """``cr_release`` (the backward's way of freeing finished parts of the workspace): the

@@ -34,7 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define CR_ABI_VERSION 12
+#define CR_ABI_VERSION 13
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -741,19 +741,41 @@ int cr_backward_many(const cr_backward_args *const *list, int64_t count) {
     return run_loops((const void *const *)list, count, 1);
 }
 
+/* madvise(advice) over the whole units of `unit` bytes inside [p, p + bytes); 0, or -1 where
+ * madvise refused. */
+static int advise_inside(void *p, int64_t bytes, uintptr_t unit, int advice) {
+    if (!p || bytes <= 0 || unit == 0) return 0;
+    uintptr_t start = ((uintptr_t)p + unit - 1) / unit * unit;
+    uintptr_t end = ((uintptr_t)p + (uintptr_t)bytes) / unit * unit;
+    if (end <= start) return 0;
+    return madvise((void *)start, end - start, advice) == 0 ? 0 : -1;
+}
+
 /* Gives the whole pages inside [p, p + bytes) back to the OS (they read as zeros if touched
  * again): the backward's way of freeing the parts of the workspace it has finished with while
  * the workspace itself stays alive (the autograd node holds it until the backward returns).
  * Returns 0, or -1 where madvise refused. */
 int cr_release(void *p, int64_t bytes) {
     long page = sysconf(_SC_PAGESIZE);
-    if (!p || bytes <= 0 || page <= 0) return 0;
-    uintptr_t start = ((uintptr_t)p + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t end = ((uintptr_t)p + (uintptr_t)bytes) / (uintptr_t)page * (uintptr_t)page;
-    if (end <= start) return 0;
 #ifdef MADV_DONTNEED
-    return madvise((void *)start, end - start, MADV_DONTNEED) == 0 ? 0 : -1;
+    return page > 0 ? advise_inside(p, bytes, (uintptr_t)page, MADV_DONTNEED) : 0;
 #else
+    (void)p, (void)bytes, (void)page;
+    return 0;
+#endif
+}
+
+/* Asks for transparent huge pages (2 MiB) over the whole 2 MiB blocks inside [p, p + bytes),
+ * before anything is written there: a training call's workspace is a fresh allocation the
+ * forward writes in full, and with 4 KiB pages its page faults cost a third as much as the
+ * forward's arithmetic (3-layer bidirectional LSTM (100, 32, 256): 98 MB, 24 000 faults).
+ * Where the kernel has no huge pages, or keeps them off, nothing changes. Returns 0, or -1
+ * where madvise refused (the call still ran: the data are not touched either way). */
+int cr_advise_huge(void *p, int64_t bytes) {
+#ifdef MADV_HUGEPAGE
+    return advise_inside(p, bytes, (uintptr_t)2 << 20, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
     return 0;
 #endif
 }

@@ -96,7 +96,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 12
+ABI_VERSION = 13
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -173,6 +173,7 @@ def _load() -> ctypes.CDLL:
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
     lib.cr_release.argtypes = [_PTR, _I64]
+    lib.cr_advise_huge.argtypes = [_PTR, _I64]
     lib.cr_together.argtypes = [_I64, _I64, _I64, _I64]
     lib.cr_use_openmp.argtypes = [ctypes.c_char_p]
     _share_torch_threads(lib)
@@ -469,6 +470,7 @@ def forward(
     saved: list[list[Tensor]] = []
     inputs: list[Tensor] = []
     if ws is not None:
+        _advise_huge(ws)
         ws[-1] = 0.0  # not used by a backward yet
         saved, inputs = _split(ws, spec, steps, batch, kept_rows)
     hn = torch.empty_like(h0)
@@ -678,6 +680,23 @@ def _release_bytes(start: int, end: int) -> None:
     assert lib is not None
     if end > start:
         lib.cr_release(ctypes.c_void_p(start), ctypes.c_int64(end - start))
+
+
+#: The smallest workspace that asks for huge pages (see :func:`_advise_huge`).
+HUGE_BYTES = 8 << 20
+
+
+def _advise_huge(ws: Tensor) -> None:
+    """Asks the OS for transparent huge pages under a fresh workspace of at least
+    :data:`HUGE_BYTES`, before the forward writes it (``cr_advise_huge``: whole 2 MiB blocks
+    inside it). With 4 KiB pages a training forward spent a quarter of its time in page faults
+    (3-layer bidirectional LSTM (100, 32, 256): 98 MB of workspace, 160 ms no-grad against 226
+    ms with it); where the kernel keeps huge pages off, nothing changes."""
+    if ws.numel() * ws.element_size() < HUGE_BYTES:
+        return
+    lib = _library().lib
+    assert lib is not None
+    lib.cr_advise_huge(_ptr(ws), ws.numel() * ws.element_size())
 
 
 @functools.cache
