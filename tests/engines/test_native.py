@@ -1011,9 +1011,17 @@ def test_the_input_gradient_is_made_only_when_asked_for(
     h0 = torch.randn(4, 3, 16, requires_grad=True)
     state = (h0, torch.randn(4, 3, 16)) if mode == "lstm" else (h0,)
     lengths = torch.tensor([7, 4, 2])
-    made: list[str] = []  # the input gradient's products: layer 1's in chunks, layer 0's whole
-    _spy(monkeypatch, native, "product_t_into", made, "chunk")
-    _spy(monkeypatch, common, "product_t", made, "whole")
+    # Per direction: layer 1's dW alone, then its input gradient in chunks; layer 0's dW, with
+    # its input gradient ("whole") only where asked for ("dW" alone otherwise).
+    made: list[str] = []
+    _spy(monkeypatch, native, "_input_grad_releasing", made, "chunk")
+    real = common.input_grads
+
+    def input_grads(*a: Any) -> Any:
+        made.append("whole" if a[6] else "dW")
+        return real(*a)
+
+    monkeypatch.setattr(native, "input_grads", input_grads)
 
     def grads(x: torch.Tensor) -> list[torch.Tensor]:
         out = layer(x, state, sequence_lengths=lengths, training=True)[0]
@@ -1021,9 +1029,9 @@ def test_the_input_gradient_is_made_only_when_asked_for(
         return list(torch.autograd.grad(loss, [layer.opaque_kernel, h0]))
 
     without = grads(x)
-    assert made == ["chunk", "chunk"]  # layer 1's two directions; none for layer 0
+    assert made == ["dW", "chunk", "dW", "chunk", "dW", "dW"]
     made.clear()
     with_dx = grads(x.clone().requires_grad_())
-    assert made == ["chunk", "chunk", "whole", "whole"]
+    assert made == ["dW", "chunk", "dW", "chunk", "whole", "whole"]
     for a, b in zip(without, with_dx):
         assert torch.equal(a, b)

@@ -210,31 +210,26 @@ def _onednn(a: Tensor, b: Tensor) -> bool:
 
 
 def product_t(a: Tensor, b: Tensor, add: Tensor | None = None) -> Tensor:
-    """``a @ b.T``, or where ``add`` (a contiguous tensor of the result's shape) is given
-    ``add += a @ b.T``, returning ``add``; by rule: oneDNN's product where :func:`_onednn` says
-    so, else torch's matmul. Either gives the same bits on every call."""
-    if add is not None:
-        product_t_into(a, b, add, accumulate=True)
-        return add
+    """``a @ b.T`` (plus ``add``, a contiguous tensor of the result's shape, where given), by
+    rule: oneDNN's product where :func:`_onednn` says so, else torch's matmul, which makes the
+    sum in ``add`` and returns it (oneDNN returns a new tensor). Either gives the same bits on
+    every call."""
     if _onednn(a, b):
-        return _ONEDNN_LINEAR(a, b, None, "none", [], "")  # type: ignore[no-any-return]
-    return a @ b.t()
+        if add is None:
+            return _ONEDNN_LINEAR(a, b, None, "none", [], "")  # type: ignore[no-any-return]
+        return _ONEDNN_LINEAR.binary(a, add, b, None, "add")  # type: ignore[no-any-return]
+    return a @ b.t() if add is None else add.addmm_(a, b.t())
 
 
 def product_t_into(a: Tensor, b: Tensor, out: Tensor, accumulate: bool = False) -> None:
     """``out = a @ b.T`` (``out += a @ b.T`` with ``accumulate``), ``out`` contiguous, by the
-    rule of :func:`product_t` (oneDNN makes its result apart, then it is copied in)."""
-    if _onednn(a, b):
-        made = (
-            _ONEDNN_LINEAR.binary(a, out, b, None, "add")
-            if accumulate
-            else _ONEDNN_LINEAR(a, b, None, "none", [], "")
-        )
-        out.copy_(made)
-    elif accumulate:
-        out.addmm_(a, b.t())
-    else:
+    rule of :func:`product_t`; what oneDNN makes apart is copied in."""
+    if not accumulate and not _onednn(a, b):
         torch.mm(a, b.t(), out=out)
+        return
+    made = product_t(a, b, out if accumulate else None)
+    if made.data_ptr() != out.data_ptr():
+        out.copy_(made)
 
 
 def reduce_rows(dst: Tensor, g: Tensor, x: Tensor) -> None:
