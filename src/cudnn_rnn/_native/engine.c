@@ -33,6 +33,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define CR_ABI_VERSION 13
 #define CR_RNN_RELU 0
