@@ -405,7 +405,9 @@ def _ptr(t: Tensor | None, offset: int = 0) -> int | None:
             f"cudnn_rnn native engine: a {t.dtype} tensor on {t.device} with strides "
             f"{t.stride()} reached the C boundary unchecked (a bug: please report it)"
         )
-    if offset and not 0 <= offset < t.numel():
+    if not offset:
+        return t.data_ptr()
+    if not 0 <= offset < t.numel():
         raise RuntimeError(
             f"cudnn_rnn native engine: offset {offset} outside a tensor of {t.numel()} "
             "elements (a bug: please report it)"
@@ -497,14 +499,17 @@ def forward(
         shape = (kept_rows, 1, width) if compacted and layer > 0 else (steps, batch, width)
         if layer > 0 and masks is not None:  # the workspace keeps the output before dropout
             layer_input = layer_input * _layer_mask(masks, layer, valid if compacted else None)
-        layer_input = boundary(layer_input, "the layer input", shape)
+        if layer > 0:  # (the first layer's is x, checked above with this shape)
+            layer_input = boundary(layer_input, "the layer input", shape)
         # With a gradient, a layer below the last writes its output straight into the
         # workspace, where the backward finds it as the next layer's input (no second copy);
         # a compact workspace keeps its valid rows, gathered after the layer.
         last = layer == spec.num_layers - 1
         direct = need_grad and not last and not compacted
-        y = inputs[layer] if direct else x.new_empty(steps, batch, dirs * units)
-        y = boundary(y, "y", (steps, batch, dirs * units), output=True)
+        if direct:  # a view into the workspace: checked like any tensor C writes
+            y = boundary(inputs[layer], "y", (steps, batch, dirs * units), output=True)
+        else:  # made here, so on the CPU, float32, of this shape and contiguous
+            y = x.new_empty(steps, batch, dirs * units)
         y_at = _ptr(y)
         assert y_at is not None
         # What both directions read: the input itself in every gate (skip_input), or the
@@ -520,7 +525,7 @@ def forward(
         for d in range(dirs):
             p = layer * dirs + d
             f = layout.fused[p]
-            args = _ForwardArgs.from_buffer_copy(common)
+            args = common if dirs == 1 else _ForwardArgs.from_buffer_copy(common)
             # LSTM and RNN add both biases to the input term (C sums them once per call, as
             # torch's add would); the GRU's bR_h sits inside r * (...), so it goes apart. The
             # loop makes the input projection itself, each thread for its own units (torch's
