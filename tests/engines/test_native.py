@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ from tests.support.helpers import (
     run_ours,
     torch_module,
 )
+from tests.support.paths import ROOT
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LEVELS = native.level_names()
@@ -1035,3 +1038,66 @@ def test_the_input_gradient_is_made_only_when_asked_for(
     assert made == ["dW", "chunk", "dW", "chunk", "whole", "whole"]
     for a, b in zip(without, with_dx):
         assert torch.equal(a, b)
+
+
+# -- the portable build ---------------------------------------------------------------------------
+
+_PORTABLE_CHILD = """
+import sys
+import torch
+from cudnn_rnn.engines import native
+from tests.engines.test_native import MODES, _problem, _run
+assert native.level_names() == ["base"], native.level_names()
+out = {}
+for mode in MODES:
+    for way in ("packed", "in_place"):
+        with native.use_products(way, way):
+            out[f"{mode} {way}"] = _run(native, _problem(mode))
+torch.save(out, sys.argv[1])
+"""
+
+
+@needs_engine
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or "base" not in LEVELS, reason="compares with x86's baseline"
+)
+def test_the_portable_build_gives_the_x86_baselines_bits(tmp_path: Any) -> None:
+    """Where the machine is not x86 (ARM), the engine is only its portable code: kernel.inc's
+    generic vectors, min/max by compare and blend, no register hints. CI has no such machine,
+    so this compiles the engine here as if it were not x86 and checks that it gives bitwise
+    what the x86 baseline gives (neither contracts to FMA), packed and in place, outputs and
+    gradients of every mode."""
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    engine_c = Path(native.__file__).resolve().parents[1] / "_native" / "engine.c"
+    wrapper = tmp_path / "portable.c"
+    headers = ["dlfcn", "pthread", "sched", "stdatomic", "stdint", "stdlib", "string", "unistd"]
+    wrapper.write_text(
+        "".join(f"#include <{h}.h>\n" for h in headers)
+        + "#include <sys/mman.h>\n#undef __x86_64__\n"
+        + f'#include "{engine_c}"\n'
+    )
+    library = tmp_path / "portable.so"
+    flags = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default", "-fPIC", "-shared"]
+    built = subprocess.run(
+        [cc, *flags, "-Werror", "-Wall", str(wrapper), "-o", str(library), "-ldl"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    saved = tmp_path / "portable.pt"
+    proc = subprocess.run(
+        [sys.executable, "-c", _PORTABLE_CHILD, str(saved)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, native.LIBRARY_ENV: str(library)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = torch.load(saved)
+    with native.use_level("base"):
+        for mode in MODES:
+            for way in ("packed", "in_place"):
+                with native.use_products(way, way):
+                    want = _run(native, _problem(mode))
+                assert len(got[f"{mode} {way}"]) == len(want)
+                for a, b in zip(got[f"{mode} {way}"], want):
+                    assert torch.equal(a, b), (mode, way)
