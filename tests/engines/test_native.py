@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -1072,12 +1073,10 @@ def test_the_portable_build_gives_the_x86_baselines_bits(tmp_path: Any) -> None:
         pytest.skip("no C compiler")
     engine_c = Path(native.__file__).resolve().parents[1] / "_native" / "engine.c"
     wrapper = tmp_path / "portable.c"
-    headers = ["dlfcn", "pthread", "sched", "stdatomic", "stdint", "stdlib", "string", "unistd"]
-    wrapper.write_text(
-        "".join(f"#include <{h}.h>\n" for h in headers)
-        + "#include <sys/mman.h>\n#undef __x86_64__\n"
-        + f'#include "{engine_c}"\n'
-    )
+    # engine.c's system headers first, as x86 (they are the system's), then the engine as not
+    headers = re.findall(r"^#include <[^>]+>$", engine_c.read_text(), re.MULTILINE)
+    assert headers
+    wrapper.write_text("\n".join([*headers, "#undef __x86_64__", f'#include "{engine_c}"', ""]))
     library = tmp_path / "portable.so"
     flags = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default", "-fPIC", "-shared"]
     built = subprocess.run(

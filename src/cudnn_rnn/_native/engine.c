@@ -132,6 +132,14 @@ static inline int64_t time_of(const int64_t *lengths, int64_t reverse, int64_t T
     return s < len ? len - 1 - s : s;
 }
 
+/* The micro-kernels' blocks of rows: M rows in ceil(M / most) blocks as even as they go (8
+ * rows of at most 6 as 4 + 4, not 6 + 2: a block reads all of its columns' weights whatever
+ * its rows, and a kernel of few rows waits on its multiply-adds' latency). Block q ends at
+ * row_block_end(M, nb, q) and starts where block q - 1 ended. Which block a row is in never
+ * changes how its sums are made. */
+static inline int64_t row_blocks(int64_t M, int64_t most) { return (M + most - 1) / most; }
+static inline int64_t row_block_end(int64_t M, int64_t nb, int64_t q) { return M * (q + 1) / nb; }
+
 static float *aligned_floats(int64_t count) {
     void *p = NULL;
     size_t bytes = ((size_t)(count > 0 ? count : 1) * sizeof(float) + 63) / 64 * 64;

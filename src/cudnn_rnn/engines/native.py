@@ -525,7 +525,9 @@ def forward(
         for d in range(dirs):
             p = layer * dirs + d
             f = layout.fused[p]
-            args = common if dirs == 1 else _ForwardArgs.from_buffer_copy(common)
+            # (a single loop fills in `common` itself: every field set below is set again by
+            # any later loop, but two loops at once need structures of their own)
+            args = common if spec.num_layers * dirs == 1 else _ForwardArgs.from_buffer_copy(common)
             # LSTM and RNN add both biases to the input term (C sums them once per call, as
             # torch's add would); the GRU's bR_h sits inside r * (...), so it goes apart. The
             # loop makes the input projection itself, each thread for its own units (torch's
