@@ -45,10 +45,12 @@ bench: install
 
 # The thread-scaling run (benchmarks/scaling.py; issue 21, item 7): a subset of the suite's shapes at
 # 1, 2, 4, 8 and 16 threads (counts above the machine's cores are left out), against the peers with
-# the same threads; writes docs/benchmarks-16-cores.{md,json,png}.
+# the same threads, training too where the suite trains the shape (ours and torch.nn); writes
+# docs/benchmarks-16-cores.{md,json,png}. Options pass through SCALING_ARGS, e.g.
+# make bench-scaling SCALING_ARGS="--threads 16 8 --no-training --budget 300".
 bench-scaling: install
 	$(PIP) install --quiet -e '.[bench]'
-	$(PY) benchmarks/scaling.py --out docs
+	$(PY) benchmarks/scaling.py --out docs $(SCALING_ARGS)
 
 # Everything that needs CUDA (the cuda-marked tests, opcheck, torch.compile, a short benchmark
 # against torch.nn's cuDNN), written into docs/gpu.md by tools/gpu_check.py; without CUDA it says

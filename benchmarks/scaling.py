@@ -1,14 +1,17 @@
 """How the CPU engine scales with threads, against its peers (issue 21, item 7).
 
 ``python benchmarks/scaling.py --out docs`` (``make bench-scaling``) runs a subset of the suite's
-shapes (:data:`SCALING_SHAPES`: the large shapes and serving shapes with B >= 16, inference) at
+shapes (:data:`SCALING_SHAPES`: large shapes, among them a 3-layer bidirectional LSTM whose
+directions may run at once, and serving shapes with B >= 16; inference, and training where the
+suite trains the shape, unless ``--no-training``) at
 each thread count of ``--threads`` (default 1, 2, 4, 8, 16; counts above the machine's cores are
 left out), each count in a fresh process started with ``OMP_NUM_THREADS`` and
 ``MKL_NUM_THREADS`` set to it and ``torch.set_num_threads`` called with it, so that ours,
 torch.nn and the runtimes (``cudnn_rnn.bench.runtime_threads``) all get the same cores. Every
 count measures its own float32 matmul peak (the suite's :func:`~benchmarks.suite.matmul_peak`)
 and times each shape as the suite does (:func:`~benchmarks.suite.bench_shape`: ours, torch.nn,
-onnxruntime and OpenVINO where installed, alternating block by block).
+onnxruntime and OpenVINO where installed, alternating block by block; in training ours and
+torch.nn, a forward and a backward).
 
 It writes ``benchmarks-16-cores.md`` (named for the machine it was made for; the report says
 how many cores ran), ``benchmarks-16-cores.json`` and ``benchmarks-16-cores.png`` (time per
@@ -17,8 +20,9 @@ The report is rewritten after every thread count, so a run cut short keeps what 
 ``--budget`` seconds stops before starting a thread count that would not fit (the counts run
 from the largest down: the machine's full width is what the targets speak of).
 
-Targets (issue 21): the large shapes at >= 60% of the matmul peak of the widest count, and ours /
-fastest peer <= 1.00 on every row with B >= 16 at that count.
+Targets (issue 21), at the widest count: the large shapes at >= 60% of the matmul peak, ours /
+fastest peer <= 1.00 on every row with B >= 16, and in training the suite's bounds on ours /
+torch.nn (:func:`benchmarks.suite.training_target`).
 
 Like the suite, this lives beside the package and imports only ``cudnn_rnn`` and the suite.
 """
@@ -44,7 +48,13 @@ if str(ROOT) not in sys.path:  # run as a script: the suite is imported as bench
 
 from benchmarks import suite  # noqa: E402
 from cudnn_rnn import atomic  # noqa: E402
-from cudnn_rnn.bench import OURS, Timing, add_timing_arguments, check_timing_arguments  # noqa: E402
+from cudnn_rnn.bench import (  # noqa: E402
+    OURS,
+    TORCH_NN,
+    Timing,
+    add_timing_arguments,
+    check_timing_arguments,
+)
 
 __all__ = ["SCALING_SHAPES", "THREADS", "main", "report", "run"]
 
@@ -52,6 +62,7 @@ __all__ = ["SCALING_SHAPES", "THREADS", "main", "report", "run"]
 SCALING_SHAPES = (
     "lstm-100x64x512",
     "gru-100x32x1024",
+    "lstm-3bi-100x32x256",
     "lstm-100x16x256",
     "tanh-50x16x1024",
     "lstm-serve-25x16x512",
@@ -68,9 +79,15 @@ PROG = "benchmarks/scaling.py"
 
 
 def worker(
-    threads: int, names: Sequence[str], timing: Timing, peers: bool, quick: bool = False
+    threads: int,
+    names: Sequence[str],
+    timing: Timing,
+    peers: bool,
+    quick: bool = False,
+    training: bool = True,
 ) -> dict[str, Any]:
-    """One thread count, in this process: its matmul peak and every shape's times."""
+    """One thread count, in this process: its matmul peak and every shape's times (training too
+    where the shape trains and ``training``)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -78,8 +95,9 @@ def worker(
     peak, engine = suite.matmul_peak("cpu", suite.QUICK_PEAK_SIZES if quick else suite.PEAK_SIZES)
     rows = []
     for name in names:
-        shape = known[name]
+        shape = known[name] if training else dataclasses.replace(known[name], training=False)
         row = suite.bench_shape(shape, device="cpu", timing=timing, peers=peers)
+        bound = suite.training_target(shape) if row.training else None
         rows.append(
             {
                 "name": shape.name,
@@ -88,6 +106,8 @@ def worker(
                 "batch": shape.batch,
                 "flops": shape.forward_flops(),
                 "inference": row.inference,
+                "training": row.training,
+                "training_target": bound,
                 "notes": row.notes,
             }
         )
@@ -105,6 +125,7 @@ def _run_worker(threads: int, args: argparse.Namespace) -> dict[str, Any]:
             "--worker-json", str(out), "--shapes", *args.shapes, "--repeats", str(args.repeats),
             "--block", str(args.block), "--warmup", str(args.warmup),
             *(["--no-peers"] if args.no_peers else []), *(["--quick"] if args.quick else []),
+            *(["--no-training"] if args.no_training else []),
         ]  # fmt: skip
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not out.exists():
@@ -125,7 +146,8 @@ def report(runs: Sequence[dict[str, Any]], machine: dict[str, str], skipped: Seq
         "Each thread count ran in a fresh process (`OMP_NUM_THREADS`, `MKL_NUM_THREADS` and "
         "`torch.set_num_threads` set to it; onnxruntime and OpenVINO got the same count), "
         "timed as `make bench` times (ours and the peers alternating block by block, median "
-        "per call). Inference only; the shapes are a subset of docs/benchmarks.md's. "
+        "per call); training (a forward and a backward) against torch.nn alone, on the shapes "
+        "the suite trains. The shapes are a subset of docs/benchmarks.md's. "
         "Ratio: ours / fastest peer (below 1: we are faster). GFLOP/s counts the matrix "
         "products' multiply-adds; % is of that thread count's float32 matmul peak.",
         "",
@@ -164,6 +186,7 @@ def report(runs: Sequence[dict[str, Any]], machine: dict[str, str], skipped: Seq
                 f"{base / ours:.2f}",
             ]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
+        lines += _training_table(runs, name)
         notes = sorted({n for r in runs for row in r["rows"] if row["name"] == name
                         for n in row["notes"]})  # fmt: skip
         lines += ["", *(f"- {n}" for n in notes), ""] if notes else [""]
@@ -171,6 +194,26 @@ def report(runs: Sequence[dict[str, Any]], machine: dict[str, str], skipped: Seq
     if skipped:
         lines += ["", "Not run: " + "; ".join(skipped) + "."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _training_table(runs: Sequence[dict[str, Any]], name: str) -> list[str]:
+    """Shape ``name``'s training times per thread count (none where no run trained it)."""
+    per = [(r["threads"], row.get("training") or {}) for r in runs
+           for row in r["rows"] if row["name"] == name]  # fmt: skip
+    per = [(threads, t) for threads, t in per if OURS in t and TORCH_NN in t]
+    if not per:
+        return []
+    lines = ["", "Training (a forward and a backward):", "",
+             "| threads | ours (ms) | torch.nn (ms) | ours / torch.nn "
+             f"| ours speed-up over {per[0][0]} threads |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    base = per[0][1][OURS]
+    for threads, t in per:
+        lines.append(
+            f"| {threads} | {t[OURS] * 1e3:.2f} | {t[TORCH_NN] * 1e3:.2f} "
+            f"| {t[OURS] / t[TORCH_NN]:.2f} | {base / t[OURS]:.2f} |"
+        )
+    return lines
 
 
 def _targets(runs: Sequence[dict[str, Any]]) -> list[str]:
@@ -192,6 +235,14 @@ def _targets(runs: Sequence[dict[str, Any]]) -> list[str]:
             met = "met" if ratio <= PEER_RATIO else "**missed**"
             rows.append([row["label"], f"ours / fastest peer ({best[0]}) <= {PEER_RATIO:.2f}",
                          f"{ratio:.2f}", met])  # fmt: skip
+        train, bound = row.get("training") or {}, row.get("training_target")
+        if bound is not None and OURS in train and TORCH_NN in train:
+            ratio = train[OURS] / train[TORCH_NN]
+            met = "met" if ratio <= bound else "**missed**"
+            rows.append([row["label"], f"training: ours / torch.nn <= {bound:.2f}",
+                         f"{ratio:.2f}", met])  # fmt: skip
+    if not rows:
+        return [f"## Targets at {n} threads (issue 21)", "", "None applies to these shapes."]
     count = sum(r[-1] == "met" for r in rows)
     return [
         f"## Targets at {n} threads (issue 21): {count} of {len(rows)} met",
@@ -292,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny shapes: a check of the script")
     parser.add_argument("--budget", type=float, default=0.0, help="seconds (0: no limit)")
     parser.add_argument("--no-peers", action="store_true", help="only ours and torch.nn")
+    parser.add_argument("--no-training", action="store_true", help="inference only")
     parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--worker-json", default="", help=argparse.SUPPRESS)
     return parser
@@ -311,7 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--threads must be positive")
         timing = Timing(args.repeats, args.block, args.warmup)
         if args.worker:
-            result = worker(args.worker, args.shapes, timing, not args.no_peers, args.quick)
+            result = worker(
+                args.worker, args.shapes, timing, not args.no_peers, args.quick,
+                not args.no_training,
+            )  # fmt: skip
             Path(args.worker_json).write_text(json.dumps(result))
             return 0
         run(args)
