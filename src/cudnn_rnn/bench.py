@@ -17,9 +17,11 @@ against the same weights in each peer that is installed:
 onnxruntime, OpenVINO and Keras run float32 models on CPU. Each runtime session runs in a
 process of its own (:class:`RemotePeer`), never in this one: a default onnxruntime session keeps
 its threads spinning after a run, which starved whatever ran next in the same process (torch.nn
-ran up to 10x slower). Those processes are timed on command, block by block, in turn with the
-implementations of this process, and each waits :data:`RUNTIME_SETTLE` seconds after its block
-before the next one starts, so that its spinning threads have stopped. Each peer's output is
+ran up to 10x slower). Those processes load only the runtime and NumPy
+(:mod:`cudnn_rnn._runtime_peer`, by its path: not torch, whose import would add about 2 s to
+each). They are timed on command, block by block, in turn with the implementations of this
+process, and each waits :data:`RUNTIME_SETTLE` seconds after its block before the next one
+starts, so that its spinning threads have stopped. Each peer's output is
 compared with ours over the valid steps (:func:`compare`); a note says where one differs by
 more than :data:`OUTPUT_TOLERANCE`, and where a runtime leaves values that are not 0 past a
 sequence's length (ours writes 0 there).
@@ -49,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cudnn_rnn import convert
+from cudnn_rnn import _runtime_peer, convert
+from cudnn_rnn._runtime_peer import compare, compare_all
 from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.layers import _CudnnRNN
 
@@ -93,7 +95,6 @@ __all__ = [
     "report",
     "runtime_jobs",
     "runtime_threads",
-    "serve_runtime",
     "sync",
     "time_alternating",
     "torch_call",
@@ -109,10 +110,11 @@ PEERS = (TORCH_NN, ORT_OURS, ORT_TORCH, OPENVINO, KERAS)
 RUNTIMES = {ORT_OURS: "onnxruntime", ORT_TORCH: "onnxruntime", OPENVINO: "openvino"}
 #: A peer whose output differs from ours by more than this gets a note.
 OUTPUT_TOLERANCE = 1e-4
-#: Untimed calls each function makes at least before it is timed, however short the warm-up:
-#: the first makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's
+#: Untimed calls each function makes at least before it is timed, however short the warm-up
+#: (:data:`cudnn_rnn._runtime_peer.WARMUP_CALLS`, which the runtimes' processes use too): the
+#: first makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's
 #: build), the second runs warm and measures the block size.
-WARMUP_CALLS = 2
+WARMUP_CALLS = _runtime_peer.WARMUP_CALLS
 
 
 @dataclass(frozen=True)
@@ -223,33 +225,11 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class _Local:
+class _Local(_runtime_peer.Blocks):
     """An implementation in this process, as :func:`time_alternating` drives it."""
 
     def __init__(self, fn: Callable[[], None], device: str) -> None:
-        self.fn, self.device = fn, device
-
-    def warm(self, seconds: float) -> float:
-        """Untimed calls for ``seconds`` (at least :data:`WARMUP_CALLS`), then one timed call."""
-        calls, start = 0, time.perf_counter()
-        while calls < WARMUP_CALLS or time.perf_counter() - start < seconds:
-            self.fn()
-            sync(self.device)
-            calls += 1
-        start = time.perf_counter()
-        self.fn()
-        sync(self.device)
-        return time.perf_counter() - start
-
-    def block(self, count: int) -> float:
-        """One untimed call, then ``count`` timed calls: seconds per call."""
-        self.fn()
-        sync(self.device)
-        start = time.perf_counter()
-        for _ in range(count):
-            self.fn()
-        sync(self.device)
-        return (time.perf_counter() - start) / count
+        super().__init__(fn, lambda: sync(device))
 
 
 def time_alternating(
@@ -330,29 +310,6 @@ def check_timing_arguments(args: argparse.Namespace) -> None:
 # -- comparing outputs -----------------------------------------------------------------------------
 
 
-def compare(got: np.ndarray, want: np.ndarray, lengths: np.ndarray | None) -> tuple[float, float]:
-    """max |got - want| over the valid steps of time-major outputs, and max |got| past each
-    sequence's length (ours writes 0 there; OpenVINO leaves other values on some multi-layer
-    models).
-
-    >>> compare(np.ones((2, 1, 1)), np.zeros((2, 1, 1)), np.array([1]))
-    (1.0, 1.0)
-    """
-    if lengths is None:
-        lengths = np.full(got.shape[1], got.shape[0])
-    valid = np.arange(got.shape[0])[:, None] < lengths[None, :]
-    diff = np.abs(got - want)[valid]
-    padding = np.abs(got)[~valid]
-    return float(diff.max(initial=0.0)), float(padding.max(initial=0.0))
-
-
-def _compare_all(
-    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], batches: Sequence[Batch]
-) -> tuple[float, float]:
-    pairs = [compare(o, e, n) for o, e, (_, n) in zip(outputs, expected, batches)]
-    return max(p[0] for p in pairs), max(p[1] for p in pairs)
-
-
 # -- one layer against its peers -------------------------------------------------------------------
 
 
@@ -416,7 +373,7 @@ def measure(
                 got = [
                     torch_call(module, x, n).to("cpu", torch.float32).numpy() for x, n in tensors
                 ]
-            result.check(TORCH_NN, *_compare_all(got, expected, batches), label)
+            result.check(TORCH_NN, *compare_all(got, expected, batches), label)
         on_cpu = torch.device(device).type == "cpu"
         float32 = layer.dtype == torch.float32
         if keras and on_cpu and float32:
@@ -532,7 +489,7 @@ def _keras_peer(
 
     with torch.no_grad():
         got = [np.swapaxes(_numpy(run(xb)), 0, 1) for xb in inputs]
-    result.check(KERAS, *_compare_all(got, expected, batches), label)
+    result.check(KERAS, *compare_all(got, expected, batches), label)
 
     def keras_call() -> None:
         for xb in inputs:
@@ -590,8 +547,6 @@ def runtime_jobs(
 #: session keeps a thread spinning for about 40-50 ms after a run (measured), which would slow
 #: whatever the next block runs.
 RUNTIME_SETTLE = 0.1
-#: What starts each line a runtime's process answers with (a runtime may print lines of its own).
-_REPLY = "@cudnn_rnn.bench "
 
 
 class RemotePeerError(CudnnRNNError, RuntimeError):
@@ -607,7 +562,8 @@ class RemotePeerError(CudnnRNNError, RuntimeError):
 class RemotePeer:
     """A runtime peer (onnxruntime or OpenVINO on an ONNX file) in a process of its own.
 
-    The process (:func:`serve_runtime`) makes the session, runs it once on every batch and
+    The process (:func:`cudnn_rnn._runtime_peer.serve`, which imports neither torch nor this
+    package) makes the session, runs it once on every batch and
     compares the outputs with ``expected``; then it times calls on command, so that
     :func:`time_alternating` alternates it with the implementations of this process. Raises
     :class:`RemotePeerError` when the process fails or the runtime refuses the model.
@@ -616,13 +572,10 @@ class RemotePeer:
     def __init__(self, peer: str, path: str, input_name: str, inputs: str, expected: str) -> None:
         self.peer = peer
         self._stderr = tempfile.TemporaryFile("w+")
-        code = (
-            "import json, sys; from cudnn_rnn import bench; "
-            "bench.serve_runtime(*json.loads(sys.argv[1]))"
-        )
-        args = [peer, path, input_name, inputs, expected, RUNTIME_SETTLE]
+        args = [RUNTIMES[peer], path, input_name, inputs, expected, RUNTIME_SETTLE]
+        args.append(runtime_threads())
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps(args)],
+            [sys.executable, "-c", _runtime_peer.LAUNCH, _runtime_peer.__file__, json.dumps(args)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -671,8 +624,8 @@ class RemotePeer:
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
-            if line.startswith(_REPLY):
-                reply: dict[str, Any] = json.loads(line[len(_REPLY) :])
+            if line.startswith(_runtime_peer.REPLY):
+                reply: dict[str, Any] = json.loads(line[len(_runtime_peer.REPLY) :])
                 if "error" in reply:
                     raise RemotePeerError(self.peer, reply["error"])
                 return reply
@@ -680,57 +633,6 @@ class RemotePeer:
         self._stderr.seek(0)
         last = self._stderr.read().strip().splitlines() or [f"exit code {self._proc.returncode}"]
         raise RemotePeerError(self.peer, f"its process ended: {last[-1]}")
-
-
-def serve_runtime(
-    peer: str, path: str, input_name: str, inputs: str, expected: str, settle: float
-) -> None:
-    """The process behind a :class:`RemotePeer`: the runtime of ``peer`` on the model at ``path``.
-
-    Runs it on the batches in ``inputs`` (an ``.npz`` of ``x<i>`` and ``lengths<i>``), answers
-    how far its outputs are from ``expected`` (an ``.npz`` of one array per batch), then one
-    answer per command read from stdin: ``warm SECONDS`` (untimed calls, then the seconds of
-    one), ``block N`` (one untimed call, then seconds per call of N), ``quit``. Each answer is
-    one JSON line after :data:`_REPLY`, sent ``settle`` seconds after a warm-up or a block.
-    """
-
-    def answer(reply: dict[str, Any]) -> None:
-        print(_REPLY + json.dumps(reply), flush=True)
-
-    with np.load(inputs) as saved:
-        count = sum(name.startswith("x") for name in saved.files)
-        batches = [
-            (saved[f"x{i}"], saved[f"lengths{i}"] if f"lengths{i}" in saved.files else None)
-            for i in range(count)
-        ]
-    with np.load(expected) as saved:
-        want = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-    feeds = [{input_name: x, **({} if n is None else {"sequence_lens": n})} for x, n in batches]
-    try:
-        run = _runtime_session(RUNTIMES[peer], path)
-        diff, padding = _compare_all([run(f) for f in feeds], want, batches)
-    except Exception as err:  # a model the runtime refuses: the others still run
-        answer({"error": f"{type(err).__name__}: {err}".splitlines()[0]})
-        return
-    answer({"max_abs_diff": diff, "max_abs_padding": padding})
-
-    def call() -> None:
-        for f in feeds:
-            run(f)
-
-    local = _Local(call, "cpu")
-    for line in sys.stdin:
-        command, *arg = line.split()
-        if command == "warm":
-            once = local.warm(float(arg[0]))
-            time.sleep(settle)
-            answer({"once": once})
-        elif command == "block":
-            seconds = local.block(int(arg[0]))
-            time.sleep(settle)
-            answer({"seconds": seconds})
-        else:
-            return
 
 
 def _runtime_peers(
@@ -782,27 +684,7 @@ def runtime_threads() -> int:
 
 def ort_options() -> Any:
     """onnxruntime's session options as every session of the benchmarks makes them."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = runtime_threads()
-    return options
-
-
-def _runtime_session(runtime: str, path: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """A function of the feeds that returns the model's first output, as ``runtime`` runs it,
-    on :func:`runtime_threads` threads."""
-    if runtime == "onnxruntime":
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(path, ort_options(), providers=["CPUExecutionProvider"])
-        return lambda feeds: session.run(None, feeds)[0]
-    import openvino
-
-    # f32: OpenVINO's default on CPUs with bf16 instructions is bf16 inference.
-    config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": runtime_threads()}
-    compiled = openvino.Core().compile_model(path, "CPU", config)
-    return lambda feeds: compiled(feeds)[0]
+    return _runtime_peer.ort_options(runtime_threads())
 
 
 def in_fresh_process(
