@@ -8,6 +8,8 @@ reported as a heap buffer overflow.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -32,10 +34,10 @@ def _runtime_or_skip() -> str:
         pytest.skip(str(err))
 
 
-def test_the_sanitizers_catch_an_overflow(tmp_path: Path) -> None:
+def test_the_sanitizers_catch_an_overflow() -> None:
     _runtime_or_skip()
     assert CC is not None
-    library = sanitize.build(CC, tmp_path)
+    library = sanitize.build(CC)  # the build the next test's run uses too
     code = textwrap.dedent(
         """
         import torch
@@ -76,3 +78,31 @@ def test_the_native_tests_pass_under_the_sanitizers() -> None:
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert " passed" in proc.stdout and "error" not in proc.stdout.splitlines()[-1]
+
+
+def test_a_build_is_reused_until_a_source_or_the_command_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if CC is None:
+        pytest.skip("no C compiler")
+    native = tmp_path / "native"
+    shutil.copytree(sanitize.SOURCE.parent, native)
+    monkeypatch.setattr(sanitize, "SOURCE", native / sanitize.SOURCE.name)
+    monkeypatch.setattr(sanitize, "FLAGS", ["-std=gnu11", "-O0", "-fPIC", "-shared", "-pthread"])
+    out = tmp_path / "out"
+
+    def built() -> int:
+        return sanitize.build(CC, out).stat().st_mtime_ns
+
+    first = built()
+    assert built() == first  # nothing changed: the same file
+    later = first + 10**9
+    os.utime(native / "kernel.inc", ns=(later, later))  # any source of the engine
+    second = built()
+    assert second != first
+    monkeypatch.setattr(sanitize, "FLAGS", [*sanitize.FLAGS, "-DCHANGED"])
+    assert built() != second
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_engine_sanitized.cmd",
+        "_engine_sanitized.so",
+    ]
