@@ -1,7 +1,7 @@
 """The process behind :class:`cudnn_rnn.bench.RemotePeer`: onnxruntime or OpenVINO on an ONNX
 file, timed on command.
 
-It imports neither torch nor this package: :data:`LAUNCH` loads this file by its path, so a
+It does not import torch (nor anything of this package but its torch-free ``__init__``), so a
 runtime's process starts in about 0.2 s (onnxruntime) or 0.5 s (OpenVINO) instead of the 2 s that
 importing torch costs, and a benchmark starts one such process per runtime and shape.
 :mod:`cudnn_rnn.bench` takes its output comparison and its timing from here, so the runtimes'
@@ -22,15 +22,10 @@ import numpy as np
 WARMUP_CALLS = 2
 #: What starts each line a runtime's process answers with (a runtime may print lines of its own).
 REPLY = "@cudnn_rnn.bench "
-#: ``python -c LAUNCH FILE ARGS``: loads this module from FILE (its path; the package's
-#: ``__init__`` would import torch) and calls :func:`serve` with the JSON list ARGS.
+#: ``python -c LAUNCH ARGS``: :func:`serve` with the JSON list ARGS.
 LAUNCH = (
-    "import importlib.util, json, sys; "
-    "spec = importlib.util.spec_from_file_location('cudnn_rnn_runtime_peer', sys.argv[1]); "
-    "module = importlib.util.module_from_spec(spec); "
-    "sys.modules[spec.name] = module; "
-    "spec.loader.exec_module(module); "
-    "module.serve(*json.loads(sys.argv[2]))"
+    "import json, sys; from cudnn_rnn import _runtime_peer; "
+    "_runtime_peer.serve(*json.loads(sys.argv[1]))"
 )
 
 

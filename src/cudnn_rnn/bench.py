@@ -18,8 +18,8 @@ onnxruntime, OpenVINO and Keras run float32 models on CPU. Each runtime session 
 process of its own (:class:`RemotePeer`), never in this one: a default onnxruntime session keeps
 its threads spinning after a run, which starved whatever ran next in the same process (torch.nn
 ran up to 10x slower). Those processes load only the runtime and NumPy
-(:mod:`cudnn_rnn._runtime_peer`, by its path: not torch, whose import would add about 2 s to
-each). They are timed on command, block by block, in turn with the implementations of this
+(:mod:`cudnn_rnn._runtime_peer`; not torch, whose import would add about 2 s to each). They
+are timed on command, block by block, in turn with the implementations of this
 process, and each waits :data:`RUNTIME_SETTLE` seconds after its block before the next one
 starts, so that its spinning threads have stopped. Each peer's output is
 compared with ours over the valid steps (:func:`compare`); a note says where one differs by
@@ -562,11 +562,11 @@ class RemotePeerError(CudnnRNNError, RuntimeError):
 class RemotePeer:
     """A runtime peer (onnxruntime or OpenVINO on an ONNX file) in a process of its own.
 
-    The process (:func:`cudnn_rnn._runtime_peer.serve`, which imports neither torch nor this
-    package) makes the session, runs it once on every batch and
-    compares the outputs with ``expected``; then it times calls on command, so that
-    :func:`time_alternating` alternates it with the implementations of this process. Raises
-    :class:`RemotePeerError` when the process fails or the runtime refuses the model.
+    The process (:func:`cudnn_rnn._runtime_peer.serve`, which does not import torch) makes the
+    session, runs it once on every batch and compares the outputs with ``expected``; then it
+    times calls on command, so that :func:`time_alternating` alternates it with the
+    implementations of this process. Raises :class:`RemotePeerError` when the process fails or
+    the runtime refuses the model.
     """
 
     def __init__(self, peer: str, path: str, input_name: str, inputs: str, expected: str) -> None:
@@ -575,7 +575,7 @@ class RemotePeer:
         args = [RUNTIMES[peer], path, input_name, inputs, expected, RUNTIME_SETTLE]
         args.append(runtime_threads())
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _runtime_peer.LAUNCH, _runtime_peer.__file__, json.dumps(args)],
+            [sys.executable, "-c", _runtime_peer.LAUNCH, json.dumps(args)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
