@@ -70,6 +70,7 @@ def build(cc: str, out: Path = OUT) -> Path:
     run beside another never loads half a file."""
     out.mkdir(parents=True, exist_ok=True)
     target, stamp = out / "_engine_sanitized.so", out / "_engine_sanitized.cmd"
+
     def compile_to(path: Path) -> list[str]:
         return [cc, *FLAGS, "-o", str(path), str(SOURCE), "-ldl"]
 
