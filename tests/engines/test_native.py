@@ -40,6 +40,9 @@ from tests.support.helpers import (
 )
 from tests.support.paths import ROOT
 
+sys.path.insert(0, str(ROOT / "tools"))
+import sanitize  # the compiler lookup tools/sanitize.py uses (as tests/engines/test_sanitize.py)
+
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LEVELS = native.level_names()
 RELEASE_FLOATS = native.RELEASE_BYTES // 4
@@ -1068,7 +1071,7 @@ def test_the_portable_build_gives_the_x86_baselines_bits(tmp_path: Any) -> None:
     so this compiles the engine here as if it were not x86 and checks that it gives bitwise
     what the x86 baseline gives (neither contracts to FMA), packed and in place, outputs and
     gradients of every mode."""
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    cc = sanitize.compiler()
     if cc is None:
         pytest.skip("no C compiler")
     engine_c = Path(native.__file__).resolve().parents[1] / "_native" / "engine.c"
