@@ -142,16 +142,25 @@ def test_ctrl_c_stops_every_process_at_the_same_step(tmp_path: Path) -> None:
             lines.put(line)
             stderr.append(line)
 
+    # The thread is stderr's only reader: communicate() would read it too and close it under
+    # the thread (an unhandled "I/O operation on closed file" in the thread, seen in CI).
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        threading.Thread(target=read_stderr, daemon=True).start()
         while not (line := lines.get(timeout=LAUNCH_TIMEOUT)).startswith("step 1/"):
             assert "error" not in line, line
         proc.send_signal(signal.SIGINT)  # to the demo only; it passes it on to torchrun
-        stdout, _ = proc.communicate(timeout=LAUNCH_TIMEOUT)
+        proc.wait(timeout=LAUNCH_TIMEOUT)
+        assert proc.stdout is not None
+        stdout = proc.stdout.read()  # a few lines: the pipe cannot have filled
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        reader.join(timeout=LAUNCH_TIMEOUT)  # stderr ends with the process
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
     assert proc.returncode == 130, stdout + "".join(stderr)
     assert stdout.count("interrupted after step") == 1
     assert (out / "lstm.safetensors").is_file() and (out / "head.safetensors").is_file()
