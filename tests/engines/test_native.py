@@ -17,6 +17,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -154,18 +155,23 @@ def test_every_isa_matches_oracle(
     assert count_native == ["forward"]
 
 
-def _problem(mode: str, seed: int = 0) -> tuple[Any, ...]:
-    """A two-layer bidirectional problem with lengths, big enough for two threads."""
+def _problem(
+    mode: str,
+    seed: int = 0,
+    sizes: tuple[int, int, int, int] = (72, 72, 6, 9),
+    lengths: tuple[int, ...] | None = (6, 2, 3, 6, 1, 4, 6, 5, 2),
+) -> tuple[Any, ...]:
+    """A two-layer bidirectional problem of ``sizes`` (units, inputs, steps, batch), by default
+    with lengths and big enough for two threads."""
     g = torch.Generator().manual_seed(seed)
-    units, batch, steps = 72, 9, 6
-    spec = RNNSpec(mode, 2, units, units, "linear_input", "bidirectional")
+    units, inputs, steps, batch = sizes
+    spec = RNNSpec(mode, 2, units, inputs, "linear_input", "bidirectional")
     layout = layout_of(spec)
     params = torch.randn(layout.size, generator=g) / units**0.5
-    x = torch.randn(steps, batch, units, generator=g)
+    x = torch.randn(steps, batch, inputs, generator=g)
     h0 = torch.randn(4, batch, units, generator=g)
     c0 = torch.randn(4, batch, units, generator=g) if mode == "lstm" else None
-    lengths = torch.tensor([6, 2, 3, 6, 1, 4, 6, 5, 2])
-    return layout, params, x, h0, c0, lengths
+    return layout, params, x, h0, c0, None if lengths is None else torch.tensor(lengths)
 
 
 def _run(engine: Any, problem: tuple[Any, ...]) -> list[torch.Tensor]:
@@ -546,6 +552,66 @@ def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> N
         for forced in ((other[0], expected[1]), (expected[0], other[1])):
             assert not torch.equal(by_rule, run(batch, steps, lengths, *forced))
             torch.testing.assert_close(by_rule, run(batch, steps, lengths, *forced))
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_the_projection_in_passes_gives_the_bits_of_one_pass(mode: str) -> None:
+    """The packed input projection runs in passes (engine.c's pass_rows), without lengths each
+    just before the steps it serves: however the rows are cut (a row a pass, a pass ending
+    inside a step, a step's rows, all at once, the rule), the forward with and without a
+    workspace and the backward give the same bits, both directions, with and without
+    lengths, on 1 to 3 threads."""
+    batch = 5
+    threads = torch.get_num_threads()
+    try:  # 65 rows: W is packed (and so in passes) by force only
+        with native.use_products("packed", "packed"):
+            for lengths in (None, (13, 4, 9, 1, 13)):
+                problem = _problem(mode, 11, (24, 20, 13, batch), lengths)
+                args = (*problem, None, False)
+                with native.use_projection_passes(10**6):
+                    reference = _run(native, problem)
+                    inference = native.forward(*args)[:3]
+                for n in (1, 2, 3):
+                    torch.set_num_threads(n)
+                    for rows in (1, 3, batch, 2 * batch + 1, None):
+                        with native.use_projection_passes(rows) if rows else nullcontext():
+                            result = _run(native, problem)
+                            no_grad = native.forward(*args)[:3]
+                        where = (lengths is not None, n, rows)
+                        assert all(torch.equal(a, b) for a, b in zip(reference, result)), where
+                        assert all(
+                            (a is None and b is None) or torch.equal(a, b)
+                            for a, b in zip(inference, no_grad)
+                        ), where
+                        assert torch.equal(no_grad[0], reference[0]), where
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_engine
+def test_a_projection_in_passes_by_rule_matches_the_oracle() -> None:
+    """The rule: a pass's input and projections within 1 MiB each, where that holds 256 rows
+    or more, else one pass. A bidirectional LSTM whose projection (280 rows of 1024 inputs)
+    is made by rule in two passes, the second inside the time loop, matches the NumPy oracle,
+    with its gradients' forward (the workspace) too."""
+    assert native.projection_pass_rows(1024, 64) == 256
+    assert native.projection_pass_rows(256, 512) == 512
+    assert native.projection_pass_rows(20, 96) == 2730
+    assert native.projection_pass_rows(1025, 64) is None
+    assert native.projection_pass_rows(512, 1536) is None
+    with native.use_projection_passes(7):
+        assert native.projection_pass_rows(512, 1536) == 7
+    spec = RNNSpec("lstm", 1, 8, 1024, "linear_input", "bidirectional")
+    case = make_case(spec, 70, 4, seed=3)
+    assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=False)
+    assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
+
+
+def test_use_projection_passes_refuses_rows_below_one() -> None:
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="use_projection_passes: rows must be a positive"):
+            native.use_projection_passes(bad)  # type: ignore[arg-type]
 
 
 def test_use_products_refuses_unknown_ways() -> None:

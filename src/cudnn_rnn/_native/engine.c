@@ -1,11 +1,12 @@
 /* cudnn_rnn's native CPU engine: the time loops of one direction of one layer.
  *
- * The Python side (cudnn_rnn/engines/native.py) does the large GEMMs with torch (the input
- * projection of all steps, the weight gradients over all steps) and calls in here, through
- * ctypes on the tensors' data pointers, for the part that is sequential in time:
+ * The Python side (cudnn_rnn/engines/native.py) makes the backward's products over all steps
+ * (the weight gradients and the input gradient, with torch's or oneDNN's matmul) and calls in
+ * here, through ctypes on the tensors' data pointers, for the rest:
  *
- *   cr_forward   per step: gates = gi[t] + h @ R^T (+ bR for the GRU), the gate math, h and c;
- *                optionally keeps what cr_backward needs (the workspace, in time order)
+ *   cr_forward   the input projection gi = x @ W^T (in passes, see pass_rows; or gi given),
+ *                then per step: gates = gi[t] + h @ R^T (+ bR for the GRU), the gate math, h
+ *                and c; optionally keeps what cr_backward needs (the workspace, in time order)
  *   cr_backward  per step in reverse: the gradient of the gates' pre-activations (dgi) and
  *                the carried dh, dc (dh_prev = dgates @ R)
  *
@@ -37,7 +38,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 13
+#define CR_ABI_VERSION 14
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -215,6 +216,48 @@ static inline int in_place_r(int64_t batch) {
 static inline int in_place_w(int64_t rows) {
     int forced = atomic_load(&forced_w);
     return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS;
+}
+
+/* The packed input projection in passes, by rule. In one pass over all of a call's rows, the
+ * micro-kernel reads every row of the input once per column block, and the projections of all
+ * steps go out to memory, to come back a step at a time: at (100, 64, 512) that is 13 MB of
+ * input read 16 times and 26 MB written per thread. A pass takes as many rows as keep its input
+ * and its projections within CR_PASS_BYTES each, so both stay in the core's cache while the
+ * column blocks go by; without lengths, the pass for a chunk of steps is made just before them
+ * (chunk_steps), so the gate math finds the projections in cache, and the buffer holds one
+ * chunk. Every pass reads the thread's packed W again: where rows are so wide (I or the
+ * thread's columns above 1024 floats) that a pass would hold fewer than CR_PASS_ROWS rows, the
+ * projection stays one pass (0 here), since fewer rows lost more to that than they saved
+ * (measured: GRU H 1024, RNN H 1760). Which pass a row is in never changes its sums (every
+ * element is one chain over all of K), so these sizes may follow the thread count; the bits
+ * do not. */
+#define CR_PASS_BYTES (1 << 20)
+#define CR_PASS_ROWS 256
+static atomic_llong forced_pass = 0; /* 0: the rule, > 0: rows per pass */
+
+/* Rows per pass for a thread's ncols columns; 0: one pass of all rows. */
+static inline int64_t pass_rows(int64_t input_size, int64_t ncols) {
+    int64_t forced = (int64_t)atomic_load(&forced_pass);
+    if (forced > 0) return forced;
+    int64_t widest = input_size > ncols ? input_size : ncols;
+    int64_t rows = CR_PASS_BYTES / (int64_t)sizeof(float) / (widest > 0 ? widest : 1);
+    return rows >= CR_PASS_ROWS ? rows : 0;
+}
+
+/* The rule's rows per pass (or the forced count); 0: one pass. */
+int64_t cr_pass_rows(int64_t input_size, int64_t ncols) { return pass_rows(input_size, ncols); }
+
+/* Every call's passes of `rows` rows (0: the rule again); tests check that the bits do not move. */
+int cr_set_pass_rows(int64_t rows) {
+    if (rows < 0) return -1;
+    atomic_store(&forced_pass, (long long)rows);
+    return 0;
+}
+
+/* Steps per pass of the projection made in the time loop (T: one pass before it). */
+static inline int64_t chunk_steps(int64_t steps, int64_t batch, int64_t pass) {
+    int64_t chunk = pass > 0 ? pass / batch : steps;
+    return chunk < 1 ? 1 : chunk < steps ? chunk : steps;
 }
 
 int cr_in_place_batch(void) { return CR_IN_PLACE_BATCH; }

@@ -2,17 +2,19 @@
 
 Per pseudo-layer the C library, on the tensors' data pointers, runs ``torch.get_num_threads()``
 threads (torch's own OpenMP threads), each owning a slice of the hidden units with all gates'
-rows of ``W`` and ``R`` for them: it makes its slice of the input projection of all steps
-(``x @ W^T`` over ``T*B`` rows), then the time loop with the gate math fused after each step's
-product, one barrier per step. Each matrix is packed into the thread's scratch once per call, or
-read where it is with dot products when few rows multiply it (R for a batch of one, W for a
-projection of at most 128 rows; :func:`in_place_limits`), since packing costs several products
-of one row. A bidirectional layer's two directions go to C in one call, which runs them at once
-on half the threads each where :func:`directions_together` says so. The backward loop does the
-same in reverse, and the weight gradients over all steps are products that reduce over the rows
-(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: by rule torch's matmul where it
-is MKL on an Intel CPU, else oneDNN's where torch has it); a layer above the first makes its
-input gradient in chunks that give the gates' pages back as it goes.
+rows of ``W`` and ``R`` for them: it makes its slice of the input projection (``x @ W^T``)
+in passes of a few hundred rows that stay in its cache (:func:`projection_pass_rows`; without
+lengths each pass just before the steps it serves), and runs the time loop with the gate math
+fused after each step's product, one barrier per step. Each matrix is packed into the thread's
+scratch once per call, or read where it is with dot products when few rows multiply it (R for
+a batch of one, W for a projection of at most 128 rows; :func:`in_place_limits`), since
+packing costs several products of one row. A bidirectional layer's two directions go to C in
+one call, which runs them at once on half the threads each where :func:`directions_together`
+says so. The backward loop does the same in reverse, and the weight gradients over all steps
+are products that reduce over the rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two
+halves: by rule torch's matmul where it is MKL on an Intel CPU, else oneDNN's where torch has
+it); a layer above the first makes its input gradient in chunks that give the gates' pages
+back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
@@ -55,7 +57,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -86,9 +88,11 @@ __all__ = [
     "forward",
     "in_place_limits",
     "level_names",
+    "projection_pass_rows",
     "supports",
     "use_level",
     "use_products",
+    "use_projection_passes",
 ]
 
 NAME = "native"
@@ -96,7 +100,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 13
+ABI_VERSION = 14
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -175,6 +179,9 @@ def _load() -> ctypes.CDLL:
     lib.cr_release.argtypes = [_PTR, _I64]
     lib.cr_advise_huge.argtypes = [_PTR, _I64]
     lib.cr_together.argtypes = [_I64, _I64, _I64, _I64]
+    lib.cr_pass_rows.argtypes = [_I64, _I64]
+    lib.cr_pass_rows.restype = _I64
+    lib.cr_set_pass_rows.argtypes = [_I64]
     lib.cr_use_openmp.argtypes = [ctypes.c_char_p]
     _share_torch_threads(lib)
     return lib
@@ -241,25 +248,41 @@ def level_names() -> list[str]:
     return [lib.cr_level_name(k).decode() for k in range(lib.cr_supported_level(), -1, -1)]
 
 
-class use_level:
-    """Context manager: run the engine at an instruction set below the best (tests)."""
+_Setting = TypeVar("_Setting", bound="_EngineSetting")
 
-    def __init__(self, name: str) -> None:
-        names = level_names()
-        if name not in names:
-            raise ValueError(f"instruction set {name!r} is not available here; have {names}")
-        self.level = len(names) - 1 - names.index(name)
 
-    def __enter__(self) -> use_level:
+class _EngineSetting:
+    """A process-wide setting of the C library for the length of a ``with`` block: ``setter``
+    (a ``cr_set_*`` function) called with ``values`` on entry and ``defaults`` on exit."""
+
+    setter = ""
+    defaults: tuple[int, ...] = ()
+
+    def __init__(self, *values: int) -> None:
+        self.values = values
+
+    def __enter__(self: _Setting) -> _Setting:
         lib = _library().lib
         assert lib is not None
-        lib.cr_set_level(self.level)
+        getattr(lib, self.setter)(*self.values)
         return self
 
     def __exit__(self, *exc: object) -> None:
         lib = _library().lib
         assert lib is not None
-        lib.cr_set_level(-1)
+        getattr(lib, self.setter)(*self.defaults)
+
+
+class use_level(_EngineSetting):
+    """Context manager: run the engine at an instruction set below the best (tests)."""
+
+    setter, defaults = "cr_set_level", (-1,)
+
+    def __init__(self, name: str) -> None:
+        names = level_names()
+        if name not in names:
+            raise ValueError(f"instruction set {name!r} is not available here; have {names}")
+        super().__init__(len(names) - 1 - names.index(name))
 
 
 def in_place_limits() -> tuple[int, int]:
@@ -292,7 +315,7 @@ def directions_together(spec: RNNSpec, threads: int | None = None) -> bool:
 PRODUCTS = {"rule": -1, "packed": 0, "in_place": 1}
 
 
-class use_products:
+class use_products(_EngineSetting):
     """Context manager: the forward's products on R and on W one way for every call (tests, A/B).
 
     ``"rule"`` (the default) keeps :func:`in_place_limits`' rule; ``"packed"`` packs the matrix
@@ -302,24 +325,41 @@ class use_products:
     any thread, runs that way.
     """
 
+    setter, defaults = "cr_set_products", (-1, -1)
+
     def __init__(self, r: str = "rule", w: str = "rule") -> None:
         for name, choice in (("r", r), ("w", w)):
             if choice not in PRODUCTS:
                 raise ValueError(
                     f"use_products: {name} must be one of {sorted(PRODUCTS)}, got {choice!r}"
                 )
-        self.codes = (PRODUCTS[r], PRODUCTS[w])
+        super().__init__(PRODUCTS[r], PRODUCTS[w])
 
-    def __enter__(self) -> use_products:
-        lib = _library().lib
-        assert lib is not None
-        lib.cr_set_products(*self.codes)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        lib = _library().lib
-        assert lib is not None
-        lib.cr_set_products(-1, -1)
+def projection_pass_rows(input_size: int, columns: int) -> int | None:
+    """Rows per pass of the packed input projection for a thread's ``columns`` (engine.c's
+    ``pass_rows``: its input and its projections each within 1 MiB, if that holds at least
+    256 rows), None for one pass of all rows, or the count :class:`use_projection_passes`
+    forces; None also when the engine is not loaded.
+
+    Without lengths a pass covers ``max(1, rows // batch)`` steps and is made just before them
+    in the time loop; with lengths the passes run before it. The bits do not depend on it.
+    """
+    lib = _library().lib
+    rows = 0 if lib is None else int(lib.cr_pass_rows(input_size, columns))
+    return rows or None
+
+
+class use_projection_passes(_EngineSetting):
+    """Context manager: every call's packed input projection in passes of ``rows`` rows (tests:
+    the bits must not depend on them). Like :class:`use_products`, the process's choice."""
+
+    setter, defaults = "cr_set_pass_rows", (0,)
+
+    def __init__(self, rows: int) -> None:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"use_projection_passes: rows must be a positive int, got {rows!r}")
+        super().__init__(rows)
 
 
 def library_path() -> str | None:
