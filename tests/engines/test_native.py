@@ -608,6 +608,40 @@ def test_a_projection_in_passes_by_rule_matches_the_oracle() -> None:
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
 
 
+@needs_engine
+@pytest.mark.parametrize("rows", [None, 7])
+def test_shared_projection_tasks_give_the_bits_of_one_thread(rows: int | None) -> None:
+    """The projection's column blocks are tasks any thread of the team takes (a thread behind
+    the others has its blocks taken). Eight threads on this machine's cores fall behind one
+    another all the time, so the blocks change hands from call to call: every call, in the
+    rule's one pass or in passes of seven rows (a step a pass in the loop, or before it with
+    lengths), with slices of unequal widths, gives the bits of one thread, forward and
+    backward."""
+    g = torch.Generator().manual_seed(8)
+    spec = RNNSpec("lstm", 1, 96, 40, "linear_input", "bidirectional")
+    layout = layout_of(spec)
+    params = torch.randn(layout.size, generator=g) / 96**0.5
+    problems = []
+    for steps, batch, lengths in ((30, 9, None), (12, 25, [12, 3, 7, 12, 1] * 5)):
+        x = torch.randn(steps, batch, 40, generator=g)
+        h0, c0 = (torch.randn(2, batch, 96, generator=g) for _ in range(2))
+        problems.append(
+            (layout, params, x, h0, c0, None if lengths is None else torch.tensor(lengths))
+        )
+    threads = torch.get_num_threads()
+    try:
+        with native.use_projection_passes(rows) if rows else nullcontext():
+            torch.set_num_threads(1)
+            reference = [_run(native, p) for p in problems]
+            torch.set_num_threads(8)
+            for _ in range(5):
+                for problem, want in zip(problems, reference):
+                    got = _run(native, problem)
+                    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_use_projection_passes_refuses_rows_below_one() -> None:
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="use_projection_passes: rows must be a positive"):

@@ -18,7 +18,9 @@
  * slice of the hidden units with all gates' rows of R for them, packed once per call into its
  * own buffer (so they stay in that core's cache for the whole sequence), or read in place when
  * a batch of one makes the packing cost more than it saves (see in_place_r); the gate math runs
- * on the slice right after its product; one barrier per time step. No torch headers: only
+ * on the slice right after its product; one barrier per time step. The input projection's
+ * column blocks are tasks any thread of the team may take (tasks_t), so a thread slowed by
+ * another process does not hold up the rest there. No torch headers: only
  * pointers, sizes and strides cross the boundary (cr_*_args below, mirrored in native.py).
  *
  * The instruction set is chosen at run time (AVX-512, AVX2 + FMA, the x86-64 baseline; plain C
@@ -108,13 +110,31 @@ typedef struct {
 
 typedef struct {
     int64_t u0, n, npad; /* this thread's units [u0, u0 + n), padded to npad */
+    int tid;             /* the thread's place in its team */
 } slice_t;
+
+/* A thread's packed W, its projection buffer and their columns, which the team may fill: the
+ * projection's column blocks are tasks any thread of the team takes (see the forward). */
+typedef struct {
+    _Alignas(64) atomic_llong next; /* the next of this thread's tasks to take */
+    float *pw, *gi;
+    int64_t ncols;
+} tasks_t;
 
 typedef struct {
     int nthreads;
     atomic_int count, generation, failed;
     float *h[2], *c, *dh; /* shared between the team: see the workers */
+    tasks_t tasks[CR_MAX_THREADS];
 } shared_t;
+
+/* The index of the next task below `end` on `next` (taken: no other thread gets it), or -1. */
+static inline int64_t take_task(atomic_llong *next, int64_t end) {
+    long long cur = atomic_load(next);
+    while (cur < end && !atomic_compare_exchange_weak(next, &cur, cur + 1)) {
+    }
+    return cur < end ? (int64_t)cur : -1;
+}
 
 static inline int64_t gates_of(int64_t mode) {
     return mode == CR_LSTM ? 4 : mode == CR_GRU ? 3 : 1;
@@ -557,7 +577,7 @@ static void split_units(job_t *job, int nthreads) {
     for (int p = 0; p < nthreads; p++) {
         int64_t b0 = blocks * p / nthreads, b1 = blocks * (p + 1) / nthreads;
         int64_t end = b1 * vec < job->units ? b1 * vec : job->units;
-        job->slices[p] = (slice_t){b0 * vec, end - b0 * vec, (b1 - b0) * vec};
+        job->slices[p] = (slice_t){b0 * vec, end - b0 * vec, (b1 - b0) * vec, p};
     }
 }
 
@@ -577,6 +597,7 @@ static int job_prepare(job_t *job, int nthreads) {
     atomic_init(&sh->count, 0);
     atomic_init(&sh->generation, 0);
     atomic_init(&sh->failed, 0);
+    for (int t = 0; t < nthreads; t++) atomic_init(&sh->tasks[t].next, 0);
     split_units(job, nthreads);
     sh->h[0] = aligned_floats(job->batch * job->width);
     sh->h[1] = aligned_floats(job->batch * job->width);
