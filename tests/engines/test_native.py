@@ -676,6 +676,33 @@ def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
 
 
 @needs_engine
+def test_library_runs_a_packed_projection_of_no_rows() -> None:
+    """Lengths of 0 everywhere leave the projection no rows (the Python side never asks this;
+    a direct caller may): with W packed by force and rows wider than a pass of the rule (one
+    pass of all rows, none), the call finishes, keeps the states and writes zero outputs."""
+    units, steps, batch, inputs = 16, 3, 2, 1100
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(4 * units * inputs, generator=g)
+    r, bi = torch.randn(4 * units * units, generator=g), torch.randn(4 * units, generator=g)
+    h0, c0 = torch.randn(batch * units, generator=g), torch.randn(batch * units, generator=g)
+    y = torch.full((steps * batch * units,), 5.0)
+    hn, cn, x = torch.zeros(batch * units), torch.zeros(batch * units), torch.zeros(8)
+    lengths, rowmap = torch.zeros(batch, dtype=torch.int64), torch.full((steps * batch,), -1)
+    args = native._ForwardArgs(
+        mode=2, steps=steps, batch=batch, units=units, threads=2, bi=bi.data_ptr(),
+        r=r.data_ptr(), h0=h0.data_ptr(), c0=c0.data_ptr(), y=y.data_ptr(),
+        y_st=batch * units, y_sb=units, hn=hn.data_ptr(), cn=cn.data_ptr(), x=x.data_ptr(),
+        w=w.data_ptr(), input_size=inputs, lengths=lengths.data_ptr(), rows=0,
+        rowmap=rowmap.data_ptr(),
+    )  # fmt: skip
+    assert native.projection_pass_rows(inputs, 4 * units) is None
+    with native.use_products("packed", "packed"):
+        native._call("cr_forward", args)
+    assert torch.equal(hn, h0) and torch.equal(cn, c0)
+    assert bool((y == 0).all())
+
+
+@needs_engine
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_input_gradient_in_chunks_gives_back_the_gates(
     monkeypatch: pytest.MonkeyPatch, accumulate: bool
