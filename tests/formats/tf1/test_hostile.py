@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import tracemalloc
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -286,15 +287,26 @@ def table_of(contents: bytes, separator: bytes) -> bytes:
 
 
 def test_300k_entry_index_parses_in_linear_time(tmp_path: Path) -> None:
-    """3 MB and 300,000 tensors took 14.5 s and 280 MB; now about half a second (the bound is
-    loose for slow CI machines)."""
-    data = compact_index(300_000)
-    assert 2_500_000 < len(data) < 3_500_000
-    (tmp_path / "x.index").write_bytes(data)
-    start = time.perf_counter()
-    index = read_bundle_index(tmp_path / "x")
-    elapsed = time.perf_counter() - start
-    assert len(index) == 300_000 and elapsed < 2.0, elapsed
+    """3 MB and 300,000 tensors took 14.5 s and 280 MB, quadratic in the entries; now 0.5-1.7
+    s on a 2-core machine. Linear is asserted as a ratio of two sizes, each the best of two
+    parses (4x the entries: 4-6x the time measured, 16x for the old parser), which a busy
+    machine slows alike; an absolute bound stays for a parser that is slow at any size."""
+
+    def best_parse(entries: int) -> tuple[float, Mapping[str, tb.BundleEntry]]:
+        (tmp_path / "x.index").write_bytes(compact_index(entries))
+        times: list[float] = []
+        index: Mapping[str, tb.BundleEntry] = {}
+        for _ in range(2):
+            start = time.perf_counter()
+            index = read_bundle_index(tmp_path / "x")
+            times.append(time.perf_counter() - start)
+        return min(times), index
+
+    assert 2_500_000 < len(compact_index(300_000)) < 3_500_000
+    small, _ = best_parse(75_000)
+    elapsed, index = best_parse(300_000)
+    assert len(index) == 300_000
+    assert elapsed < 8 * small and elapsed < 8.0, (small, elapsed)
     assert index["v0123456"].shape == (0,) and "v0300000" not in index
     assert list(index)[-1] == "v0299999"
 
