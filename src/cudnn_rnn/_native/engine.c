@@ -280,6 +280,13 @@ static inline int64_t chunk_steps(int64_t steps, int64_t batch, int64_t pass) {
     return chunk < 1 ? 1 : chunk < steps ? chunk : steps;
 }
 
+/* The first input time that pass p of the time loop serves (steps [p * chunk, ...), at most
+ * chunk of them): the reverse direction takes its steps from the end of the input. */
+static inline int64_t chunk_first(int64_t steps, int64_t chunk, int64_t reverse, int64_t p) {
+    int64_t s0 = p * chunk, end = s0 + chunk < steps ? s0 + chunk : steps;
+    return reverse ? steps - end : s0;
+}
+
 int cr_in_place_batch(void) { return CR_IN_PLACE_BATCH; }
 int cr_in_place_rows(void) { return CR_IN_PLACE_ROWS; }
 
