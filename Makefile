@@ -47,7 +47,8 @@ bench: install
 # 1, 2, 4, 8 and 16 threads (counts above the machine's cores are left out), against the peers with
 # the same threads, training too where the suite trains the shape (ours and torch.nn); writes
 # docs/benchmarks-16-cores.{md,json,png}. Options pass through SCALING_ARGS, e.g.
-# make bench-scaling SCALING_ARGS="--threads 16 8 --no-training --budget 300".
+# make bench-scaling SCALING_ARGS="--threads 16 8 --no-training --budget 300"; a run cut short is
+# finished later with SCALING_ARGS="--threads 4 2 1 --add" (same machine, shapes and timing).
 bench-scaling: install
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) benchmarks/scaling.py --out docs $(SCALING_ARGS)

@@ -18,7 +18,9 @@ how many cores ran), ``benchmarks-16-cores.json`` and ``benchmarks-16-cores.png`
 call and the fraction of the matmul peak against threads, one panel per shape) into ``--out``.
 The report is rewritten after every thread count, so a run cut short keeps what it measured.
 ``--budget`` seconds stops before starting a thread count that would not fit (the counts run
-from the largest down: the machine's full width is what the targets speak of).
+from the largest down: the machine's full width is what the targets speak of). ``--add`` finishes
+such a run in a second process: the report already in ``--out`` (checked to be of the same
+machine, shapes and timing) keeps its thread counts that this run does not measure.
 
 Targets (issue 21), at the widest count: the large shapes at >= 60% of the matmul peak, ours /
 fastest peer <= 1.00 on every row with B >= 16, and in training the suite's bounds on ours /
@@ -295,8 +297,41 @@ def chart(runs: Sequence[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def _earlier(out: Path, args: argparse.Namespace, machine: dict[str, str]) -> dict[str, Any]:
+    """``--add``: the report already in ``out``, checked to be of this machine, these shapes and
+    this timing (its thread counts are kept where this run does not measure them)."""
+    path = out / f"{NAME}.json"
+    try:
+        record: dict[str, Any] = json.loads(path.read_text())
+        runs, timing, then = record["runs"], record["timing"], record["machine"]
+    except FileNotFoundError:
+        raise ValueError(f"--add: there is no {path} to add to") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"--add: {path} is not a report of this script ({err})") from None
+    differ = [k for k in machine if k != "timing" and then.get(k) != machine[k]]
+    if differ:
+        raise ValueError(f"--add: {path} was made with another {', '.join(differ)}")
+    if timing != dataclasses.asdict(Timing(args.repeats, args.block, args.warmup)):
+        raise ValueError(f"--add: {path} was timed with {timing}, not this run's timing")
+    shapes = [[row["name"] for row in run["rows"]] for run in runs]
+    if any(names != list(args.shapes) for names in shapes):
+        raise ValueError(f"--add: {path} holds other shapes than {' '.join(args.shapes)}")
+    return record
+
+
+def _write(out: Path, record: dict[str, Any]) -> None:
+    """The report's three files from ``record`` (machine, timing, skipped, runs)."""
+    record["runs"] = sorted(record["runs"], key=lambda r: r["threads"])
+    text = report(record["runs"], record["machine"], record["skipped"])
+    atomic.write_file(out / f"{NAME}.md", text.encode())
+    atomic.write_file(out / f"{NAME}.json", (json.dumps(record, indent=1) + "\n").encode())
+    chart(record["runs"], out / f"{NAME}.png")
+
+
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Every thread count that fits (widest first); the report after each."""
+    """Every thread count that fits (widest first); the report after each. With ``args.add``,
+    the thread counts of the report already in ``args.out`` that this run does not measure are
+    kept (a run cut by ``--budget`` finished in a second process)."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
@@ -304,6 +339,22 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
     skipped = [f"{t} threads (the machine has {cores} cores)" for t in args.threads if t > cores]
     machine = suite.machine()
     machine["timing"] = f"--repeats {args.repeats} --block {args.block} --warmup {args.warmup}"
+    kept: list[dict[str, Any]] = []
+    if args.add:
+        earlier = _earlier(out, args, machine)
+        kept = [r for r in earlier["runs"] if r["threads"] not in counts]
+        if kept:
+            held = ", ".join(str(r["threads"]) for r in sorted(kept, key=lambda r: -r["threads"]))
+            machine["timing"] = (
+                f"{earlier['machine']['timing'].split(';')[0]}; {held} threads in an earlier "
+                f"run on the same machine, {', '.join(map(str, counts))} in this one"
+            )
+    record = {
+        "machine": machine,
+        "timing": dataclasses.asdict(Timing(args.repeats, args.block, args.warmup)),
+        "skipped": skipped,
+        "runs": list(kept),
+    }
     start = time.monotonic()
     runs: list[dict[str, Any]] = []
     for k, threads in enumerate(counts):
@@ -318,19 +369,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
             skipped.append(str(err))
             log(str(err))
             continue
-        atomic.write_file(out / f"{NAME}.md", report(runs, machine, skipped).encode())
-        record = {
-            "machine": machine,
-            "timing": dataclasses.asdict(Timing(args.repeats, args.block, args.warmup)),
-            "skipped": skipped,
-            "runs": sorted(runs, key=lambda r: r["threads"]),
-        }
-        atomic.write_file(out / f"{NAME}.json", (json.dumps(record, indent=1) + "\n").encode())
-        chart(runs, out / f"{NAME}.png")
+        record["runs"] = [*kept, *runs]
+        _write(out, record)
         log(f"    done in {time.monotonic() - start:.0f} s")
     if not runs:
         raise RuntimeError("no thread count ran: " + "; ".join(skipped))
-    atomic.write_file(out / f"{NAME}.md", report(runs, machine, skipped).encode())
+    _write(out, record)  # the counts left out by --budget, in the report and its record
     return runs
 
 
@@ -344,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=0.0, help="seconds (0: no limit)")
     parser.add_argument("--no-peers", action="store_true", help="only ours and torch.nn")
     parser.add_argument("--no-training", action="store_true", help="inference only")
+    parser.add_argument(
+        "--add", action="store_true",
+        help="keep the thread counts of the report in --out that this run does not measure",
+    )  # fmt: skip
     parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--worker-json", default="", help=argparse.SUPPRESS)
     return parser

@@ -116,3 +116,100 @@ def test_a_worker_times_training_unless_told_not_to(training: bool) -> None:
         assert all(t > 0 for t in row["training"].values())
     else:
         assert row["training"] == {} and row["training_target"] is None
+
+
+def _fake_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], cpu: str = "test cpu"
+) -> list[int]:
+    """:func:`scaling.main` with the worker replaced by :func:`_run` (its shapes renamed to
+    quick ones) on a 16-core machine named ``cpu`` whose clock moves 100 s per worker; the
+    thread counts the workers ran."""
+    ran: list[int] = []
+    clock = [0.0]
+
+    def worker(threads: int, args: object) -> dict:
+        ran.append(threads)
+        clock[0] += 100
+        run = _run(threads, 0.001 * 16 / threads, 0.002, 1e11 * threads)
+        for row, name in zip(run["rows"], ("lstm-quick", "tanh-quick-serve"), strict=True):
+            row["name"] = name
+        return run
+
+    monkeypatch.setattr(scaling, "_run_worker", worker)
+    monkeypatch.setattr(scaling.suite, "machine", lambda: {"cpu": cpu})
+    monkeypatch.setattr(scaling.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(scaling.time, "monotonic", lambda: clock[0])
+    args = ["--quick", "--repeats", "1", "--block", "0.01", "--warmup", "0", "--out", str(tmp_path)]
+    assert scaling.main([*argv, *args]) == 0
+    return ran
+
+
+def test_add_finishes_a_run_cut_short_with_the_counts_it_left_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import json
+
+    # Every count takes 100 s: after two, a third would end past the budget of 250 s.
+    assert _fake_run(monkeypatch, tmp_path, ["--threads", "16", "8", "4", "--budget", "250"]) == [
+        16, 8,
+    ]  # fmt: skip
+    record = json.loads((tmp_path / f"{scaling.NAME}.json").read_text())
+    assert [r["threads"] for r in record["runs"]] == [8, 16]
+    assert record["skipped"] == ["4 threads (--budget 250 s)"]  # the record says so, too
+    assert "Not run: 4 threads (--budget 250 s)." in (tmp_path / f"{scaling.NAME}.md").read_text()
+
+    # The second process measures 4 and 8 threads; 16 is kept, 8 is the new measurement.
+    assert _fake_run(monkeypatch, tmp_path, ["--threads", "8", "4", "--add"]) == [8, 4]
+    record = json.loads((tmp_path / f"{scaling.NAME}.json").read_text())
+    assert [r["threads"] for r in record["runs"]] == [4, 8, 16]
+    assert record["skipped"] == []
+    assert record["machine"]["timing"] == (
+        "--repeats 1 --block 0.01 --warmup 0.0; 16 threads in an earlier run on the same "
+        "machine, 8, 4 in this one"
+    )
+    text = (tmp_path / f"{scaling.NAME}.md").read_text()
+    assert "| 4 | 4.00 | 4.00 | 2.00 | 2.00 | 250 (62%) | 1.00 |" in text.splitlines()
+    assert "| 16 | 1.00 | 4.00 | 2.00 | 0.50 | 1000 (62%) | 4.00 |" in text.splitlines()
+    assert "Not run" not in text
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("none", "there is no"),
+        ("corrupt", "is not a report of this script"),
+        ("machine", "was made with another cpu"),
+        ("timing", "not this run's timing"),
+        ("shapes", "holds other shapes"),
+    ],
+)
+def test_add_refuses_a_report_it_cannot_extend(
+    change: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    _fake_run(monkeypatch, tmp_path, ["--threads", "16"])
+    path = tmp_path / f"{scaling.NAME}.json"
+    record = json.loads(path.read_text())
+    if change == "none":
+        path.unlink()
+    elif change == "corrupt":
+        path.write_text('{"runs": [')
+    elif change == "timing":
+        record["timing"]["repeats"] = 5
+        path.write_text(json.dumps(record))
+    elif change == "shapes":
+        record["runs"][0]["rows"].pop()
+        path.write_text(json.dumps(record))
+    before = path.read_bytes() if path.exists() else None
+    cpu = "another cpu" if change == "machine" else "test cpu"
+    monkeypatch.setattr(scaling.suite, "machine", lambda: {"cpu": cpu})
+    monkeypatch.setattr(scaling, "_run_worker", lambda *a: pytest.fail("ran before checking"))
+    argv = ["--quick", "--repeats", "1", "--block", "0.01", "--warmup", "0", "--threads", "8"]
+    assert scaling.main([*argv, "--add", "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert (path.read_bytes() if path.exists() else None) == before  # nothing lost
