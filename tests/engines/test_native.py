@@ -7,6 +7,7 @@ below); here: what is particular to the engine.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import platform
 import re
@@ -606,6 +607,35 @@ def test_a_projection_in_passes_by_rule_matches_the_oracle() -> None:
     case = make_case(spec, 70, 4, seed=3)
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=False)
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
+
+
+@needs_engine
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("sizes", [(1, 1), (1, 13), (5, 1), (5, 13)], ids=str)
+def test_a_zero_initial_state_skips_the_first_product_and_matches_the_oracle(
+    mode: str, way: str, sizes: tuple[int, int]
+) -> None:
+    """From a zero state (either sign) the first step makes no product: the loop writes zeros
+    where R h0 would go, and a loop of one step does not pack R. A state that is zero but for
+    one element (the last row's last unit, or the first's first: all of the state is looked at,
+    not a thread's slice) makes the product. Each matches the NumPy oracle; the two signs of
+    zero give the same bits."""
+    steps, batch = sizes
+    spec = RNNSpec(mode, 1, 40, 7, "linear_input", "bidirectional")  # 40 units: two threads
+    case = make_case(spec, steps, batch, seed=11, varlen=batch > 1)
+    zero = np.zeros_like(case.h0)
+    last, first = zero.copy(), zero.copy()
+    last[:, -1, -1], first[:, 0, 0] = 0.75, -0.5
+    outputs = {}
+    with native.use_products(way, way):
+        for name, h0 in (("+0", zero), ("-0", -zero), ("last", last), ("first", first)):
+            assert name != "-0" or bool(np.signbit(h0).all())
+            state = dataclasses.replace(case, h0=h0)
+            assert_matches_oracle(state, torch.float32, atol=1e-5, rtol=1e-5)
+            outputs[name] = run_ours(state, torch.float32)
+    for got, want in zip(outputs["-0"], outputs["+0"]):
+        assert (got is None and want is None) or torch.equal(got, want)
 
 
 @needs_engine

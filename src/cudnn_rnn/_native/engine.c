@@ -287,6 +287,18 @@ static inline int64_t chunk_first(int64_t steps, int64_t chunk, int64_t reverse,
     return reverse ? steps - end : s0;
 }
 
+/* Whether every element of v[0..n) is zero (either sign). A loop that starts from a zero state
+ * has no first-step product to make: R h0 is zero, so the first step's product buffer is
+ * written with zeros instead. The gates then differ from the product's only in the sign of a
+ * zero (R h0 sums w * +0, which is -0 where every w of a row is negative), and only where the
+ * rest of the gate's input is a zero as well. Each thread scans the whole state (the product
+ * needs all of it), so the team agrees. */
+static int all_zero(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] != 0.0f) return 0;
+    return 1;
+}
+
 int cr_in_place_batch(void) { return CR_IN_PLACE_BATCH; }
 int cr_in_place_rows(void) { return CR_IN_PLACE_ROWS; }
 

@@ -5,16 +5,17 @@ threads (torch's own OpenMP threads), each owning a slice of the hidden units wi
 rows of ``W`` and ``R`` for them: it makes its slice of the input projection (``x @ W^T``)
 in passes of a few hundred rows that stay in its cache (:func:`projection_pass_rows`; without
 lengths each pass just before the steps it serves), and runs the time loop with the gate math
-fused after each step's product, one barrier per step. Each matrix is packed into the thread's
-scratch once per call, or read where it is with dot products when few rows multiply it (R for
-a batch of one, W for a projection of at most 128 rows; :func:`in_place_limits`), since
-packing costs several products of one row. A bidirectional layer's two directions go to C in
-one call, which runs them at once on half the threads each where :func:`directions_together`
-says so. The backward loop does the same in reverse, and the weight gradients over all steps
-are products that reduce over the rows (:func:`~cudnn_rnn.engines.common.weight_grads`' two
-halves: by rule torch's matmul where it is MKL on an Intel CPU, else oneDNN's where torch has
-it); a layer above the first makes its input gradient in chunks that give the gates' pages
-back as it goes.
+fused after each step's product, one barrier per step (from a zero initial state, what served
+models start from, the first step has no product to make: ``R h0`` is zero). Each matrix is
+packed into the thread's scratch once per call, or read where it is with dot products when few
+rows multiply it (R for a batch of one, W for a projection of at most 128 rows;
+:func:`in_place_limits`), since packing costs several products of one row. A bidirectional
+layer's two directions go to C in one call, which runs them at once on half the threads each
+where :func:`directions_together` says so. The backward loop does the same in reverse, and the
+weight gradients over all steps are products that reduce over the rows
+(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: by rule torch's matmul where it is
+MKL on an Intel CPU, else oneDNN's where torch has it); a layer above the first makes its input
+gradient in chunks that give the gates' pages back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
