@@ -17,6 +17,8 @@ import pytest
 import torch
 
 from cudnn_rnn import CudnnGRU, ops
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import native
 from tests.support.paths import ROOT
 
@@ -55,6 +57,52 @@ def test_strided_lengths_are_read_as_their_values(
     assert all(torch.equal(a, b) for a, b in zip(got_grad, want_grad))
     _without_native(monkeypatch)
     torch.testing.assert_close(got, layer(x, sequence_lengths=lengths.contiguous())[0])
+
+
+#: What ``boundary`` checks of the caller's: each is checked there once and its address taken
+#: without a second check (a layer above the first reads what the engine itself made).
+CALLERS = {"params", "x", "h0", "c0", "lengths", "rowmap", "the valid rows"}
+
+
+@pytest.mark.parametrize("case", ["plain", "lengths", "layers", "skip_input", "workspace"])
+def test_a_forward_checks_the_callers_tensors_once_on_their_way_into_c(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``boundary`` checks what the caller gave and ``_checked`` takes its address; ``_ptr``
+    checks only what the engine made itself: none of the caller's tensors is checked twice
+    (issue 21, item 1). A strided input still reaches C as its values (the tests above)."""
+    checked: list[torch.Tensor] = []
+    pointed: list[torch.Tensor] = []
+    boundary, ptr = native.boundary, native._ptr
+
+    def spy_boundary(t: torch.Tensor, name: str, *args: object, **kwargs: object) -> torch.Tensor:
+        out = boundary(t, name, *args, **kwargs)  # type: ignore[arg-type]
+        if name in CALLERS:
+            checked.append(out)
+        return out
+
+    def spy_ptr(t: torch.Tensor | None, offset: int = 0) -> int | None:
+        if t is not None:
+            pointed.append(t)
+        return ptr(t, offset)
+
+    monkeypatch.setattr(native, "boundary", spy_boundary)
+    monkeypatch.setattr(native, "_ptr", spy_ptr)
+    torch.manual_seed(2)
+    layers = 3 if case == "layers" else 2 if case == "skip_input" else 1
+    mode = "skip_input" if case == "skip_input" else "linear_input"
+    x = torch.randn(5, 3, 6)
+    if case == "workspace":  # a training forward: the engine's own call, with its workspace
+        layout = layout_of(RNNSpec("gru", 2, 6, 6, "linear_input", "bidirectional"))
+        h0, params = torch.zeros(4, 3, 6), torch.randn(layout.size)
+        native.forward(layout, params, x, h0, None, torch.tensor([5, 2, 4]), None, True)
+    else:
+        layer = CudnnGRU(layers, 6, input_mode=mode, direction="bidirectional", input_size=6)
+        with torch.no_grad():
+            layer(x, sequence_lengths=torch.tensor([5, 2, 4]) if case == "lengths" else None)
+    assert len(checked) >= 3, "the call did not reach the native engine"
+    twice = [t for t in pointed if any(t is c for c in checked)]
+    assert not twice, f"{len(twice)} of the caller's tensors were checked again by _ptr"
 
 
 def test_a_strided_params_view_is_read_as_its_values(monkeypatch: pytest.MonkeyPatch) -> None:
