@@ -297,9 +297,12 @@ def chart(runs: Sequence[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def _earlier(out: Path, args: argparse.Namespace, machine: dict[str, str]) -> dict[str, Any]:
+def _earlier(
+    out: Path, args: argparse.Namespace, machine: dict[str, str], timed: dict[str, Any]
+) -> dict[str, Any]:
     """``--add``: the report already in ``out``, checked to be of this machine, these shapes and
-    this timing (its thread counts are kept where this run does not measure them)."""
+    this timing (``timed``: its record's form); its thread counts are kept where this run does
+    not measure them."""
     path = out / f"{NAME}.json"
     try:
         record: dict[str, Any] = json.loads(path.read_text())
@@ -311,7 +314,7 @@ def _earlier(out: Path, args: argparse.Namespace, machine: dict[str, str]) -> di
     differ = [k for k in machine if k != "timing" and then.get(k) != machine[k]]
     if differ:
         raise ValueError(f"--add: {path} was made with another {', '.join(differ)}")
-    if timing != dataclasses.asdict(Timing(args.repeats, args.block, args.warmup)):
+    if timing != timed:
         raise ValueError(f"--add: {path} was timed with {timing}, not this run's timing")
     shapes = [[row["name"] for row in run["rows"]] for run in runs]
     if any(names != list(args.shapes) for names in shapes):
@@ -339,9 +342,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
     skipped = [f"{t} threads (the machine has {cores} cores)" for t in args.threads if t > cores]
     machine = suite.machine()
     machine["timing"] = f"--repeats {args.repeats} --block {args.block} --warmup {args.warmup}"
+    timed = dataclasses.asdict(Timing(args.repeats, args.block, args.warmup))
     kept: list[dict[str, Any]] = []
     if args.add:
-        earlier = _earlier(out, args, machine)
+        earlier = _earlier(out, args, machine, timed)
         kept = [r for r in earlier["runs"] if r["threads"] not in counts]
         if kept:
             held = ", ".join(str(r["threads"]) for r in sorted(kept, key=lambda r: -r["threads"]))
@@ -351,7 +355,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
             )
     record = {
         "machine": machine,
-        "timing": dataclasses.asdict(Timing(args.repeats, args.block, args.warmup)),
+        "timing": timed,
         "skipped": skipped,
         "runs": list(kept),
     }

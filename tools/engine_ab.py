@@ -35,13 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 
+from cudnn_rnn.core.spec import RNNSpec  # noqa: E402
+from cudnn_rnn.layers import LAYER_CLASSES, layer_of  # noqa: E402
 from tools.sanitize import compiler  # noqa: E402  (the same compiler lookup)
 
 NATIVE = Path("src") / "cudnn_rnn" / "_native"
 OUT = ROOT / "build" / "engine_ab"
 #: setup.py's compile and link flags, as one command.
 FLAGS = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default", "-shared", "-fPIC"]
-MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+MODES = tuple(LAYER_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -128,16 +130,8 @@ def _call(shape: Shape) -> tuple[Callable[[], object], Callable[[], object]]:
     parameters' gradients) as one flat tensor, to compare the builds."""
     import torch
 
-    from cudnn_rnn import layers
-
-    cls = {
-        "lstm": layers.CudnnLSTM,
-        "gru": layers.CudnnGRU,
-        "rnn_tanh": layers.CudnnRNNTanh,
-        "rnn_relu": layers.CudnnRNNRelu,
-    }[shape.mode]
     torch.manual_seed(0)
-    layer = cls(1, shape.units, input_size=shape.units)
+    layer = layer_of(RNNSpec(shape.mode, 1, shape.units, shape.units))
     x = torch.randn(shape.steps, shape.batch, shape.units)
     grad = torch.randn(shape.steps, shape.batch, shape.units)
 
