@@ -672,6 +672,53 @@ def test_shared_projection_tasks_give_the_bits_of_one_thread(rows: int | None) -
         torch.set_num_threads(threads)
 
 
+@needs_engine
+@pytest.mark.skipif("avx512" not in LEVELS, reason="no AVX-512 here: one micro-kernel")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_two_avx512_micro_kernels_give_the_same_bits(mode: str) -> None:
+    """At AVX-512 the packed products run micro-kernels of 6 rows by 4 vectors, or from a batch
+    of 7 on of 8 rows by 3 (its own build of the loops): every element is one chain of
+    multiply-adds in increasing k in both, so the forward (with and without a workspace) and
+    the backward (every gradient) give the same bits with either, at batches that cut into
+    blocks of every size (1 to 17 rows; the projection's rows in blocks of 6 or 8), with and
+    without lengths, on 1 and 3 threads (slices of 48 or 64 columns end inside a block)."""
+    assert native.micro_kernel(1) == native.micro_kernel(6) == (6, 4)
+    assert native.micro_kernel(7) == native.micro_kernel(64) == (8, 3)
+    with native.use_micro_kernel("6x4"):
+        assert native.micro_kernel(64) == (6, 4)
+    with native.use_micro_kernel("8x3"):
+        assert native.micro_kernel(1) == (8, 3)
+    with native.use_level("avx2"):
+        assert native.micro_kernel(64) == (4, 3)
+    threads = torch.get_num_threads()
+    try:
+        for batch in (1, 4, 7, 8, 13, 17):
+            lengths = tuple(1 + (5 * b) % 6 for b in range(batch)) if batch % 2 else None
+            problem = _problem(mode, batch, (72, 40, 6, batch), lengths)
+            args = (*problem, None, False)
+            with native.use_products("packed", "packed"):  # W too: the projection's blocks
+                made = {}
+                for shape in ("6x4", "8x3"):
+                    for n in (1, 3):
+                        torch.set_num_threads(n)
+                        with native.use_micro_kernel(shape):
+                            made[shape, n] = (_run(native, problem), native.forward(*args)[:3])
+            want_train, want_infer = made["6x4", 1]
+            for key, (train, infer) in made.items():
+                assert all(torch.equal(a, b) for a, b in zip(want_train, train)), (batch, key)
+                assert all(
+                    (a is None and b is None) or torch.equal(a, b)
+                    for a, b in zip(want_infer, infer)
+                ), (batch, key)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_use_micro_kernel_refuses_unknown_shapes() -> None:
+    with pytest.raises(ValueError, match=r"use_micro_kernel: shape must be one of .*got '4x4'"):
+        native.use_micro_kernel("4x4")
+
+
 def test_use_projection_passes_refuses_rows_below_one() -> None:
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="use_projection_passes: rows must be a positive"):

@@ -24,7 +24,8 @@
  * pointers, sizes and strides cross the boundary (cr_*_args below, mirrored in native.py).
  *
  * The instruction set is chosen at run time (AVX-512, AVX2 + FMA, the x86-64 baseline; plain C
- * vectors elsewhere); kernel.inc holds the loops once and is compiled once per ISA.
+ * vectors elsewhere); kernel.inc holds the loops once and is compiled once per ISA, and twice
+ * for AVX-512 (two shapes of micro-kernel, chosen by the batch: see isa_for).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -40,7 +41,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 14
+#define CR_ABI_VERSION 15
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -314,7 +315,7 @@ typedef void (*forward_fn)(const cr_forward_args *, const slice_t *, shared_t *)
 typedef void (*backward_fn)(const cr_backward_args *, const slice_t *, shared_t *);
 typedef struct {
     const char *name;
-    int vec;
+    int vec, rows, vectors; /* floats per vector; the packed product's micro-kernel */
     forward_fn forward;
     backward_fn backward;
     void (*activation)(int, int64_t, const float *, float *);
@@ -326,12 +327,22 @@ typedef struct {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 #define ISA avx512
+#define ISA_NAME "avx512"
 #define VEC 16
 #define MR 6
 #define NV 4
 #define DMB 6
 #include "kernel.inc"
 #undef ISA
+#undef MR
+#undef NV
+/* The same loops with micro-kernels of up to 8 rows by 3 vectors (see tall_kernels) */
+#define ISA avx512_tall
+#define MR 8
+#define NV 3
+#include "kernel.inc"
+#undef ISA
+#undef ISA_NAME
 #undef VEC
 #undef MR
 #undef NV
@@ -341,12 +352,14 @@ typedef struct {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #define ISA avx2
+#define ISA_NAME "avx2"
 #define VEC 8
 #define MR 4
 #define NV 3
 #define DMB 2
 #include "kernel.inc"
 #undef ISA
+#undef ISA_NAME
 #undef VEC
 #undef MR
 #undef NV
@@ -356,12 +369,14 @@ typedef struct {
 #endif
 
 #define ISA base
+#define ISA_NAME "base"
 #define VEC 4
 #define MR 4
 #define NV 3
 #define DMB 2
 #include "kernel.inc"
 #undef ISA
+#undef ISA_NAME
 #undef VEC
 #undef MR
 #undef NV
@@ -404,6 +419,41 @@ const char *cr_level_name(int level) { return isa_of(level)->name; }
 int cr_set_level(int level) {
     if (level > supported_level()) return -1;
     atomic_store(&chosen_level, level < 0 ? -1 : level);
+    return 0;
+}
+
+/* The products' micro-kernels by rule. At AVX-512 the loops come in two builds that differ
+ * only in the shape of the packed product's micro-kernel: 6 rows by 4 vectors (64 columns),
+ * or 8 rows by 3 (48 columns). Each is 24 accumulators; a step's product reads the thread's
+ * whole packed R once per block of rows, from L2, so 8-row blocks read it less often: at a
+ * batch of 7 to 16 that is 1-2 passes instead of 2-3 (measured in one process: 0.94-0.98 of
+ * the time at B = 7, 8 and 16, no change on the large shapes). Below, the wider blocks win
+ * (B = 4: 1.01-1.04 with 8 rows), as the batch is a single block either way. Every element is
+ * one chain of multiply-adds in increasing k in both, so they give the same bits and the rule
+ * may look at anything: it looks at the loop's batch. cr_set_tall forces either (tests). */
+#define CR_TALL_BATCH 7
+static atomic_int forced_tall = -1; /* -1: the rule, 0: 6 x 4, 1: 8 x 3 */
+
+static const isa_t *isa_for(int level, int64_t batch) {
+#ifdef CR_HAVE_X86
+    int forced = atomic_load(&forced_tall);
+    if (level == 2 && (forced >= 0 ? forced : batch >= CR_TALL_BATCH)) return &isa_table_avx512_tall;
+#endif
+    (void)batch;
+    return isa_of(level);
+}
+
+/* The packed product's micro-kernel that a loop of `batch` runs at the engine's level, by the
+ * rule above (or as forced): rows * 100 + vectors of columns. */
+int cr_micro_kernel(int64_t batch) {
+    const isa_t *isa = isa_for(cr_level(), batch);
+    return isa->rows * 100 + isa->vectors;
+}
+
+/* -1 restores the rule, 0 runs the 6 x 4 micro-kernels, 1 the 8 x 3, for every call. */
+int cr_set_tall(int tall) {
+    if (tall < -1 || tall > 1) return -1;
+    atomic_store(&forced_tall, tall);
     return 0;
 }
 
@@ -789,7 +839,7 @@ static int run_loops(const void *const *list, int64_t count, int backward) {
     }
     job_t *jobs = calloc((size_t)count, sizeof(job_t));
     if (!jobs) return 1;
-    const isa_t *isa = isa_of(cr_level());
+    const int level = cr_level();
     int64_t threads = backward ? ((const cr_backward_args *)list[0])->threads
                                : ((const cr_forward_args *)list[0])->threads;
     for (int64_t j = 0; j < count; j++) {
@@ -802,7 +852,7 @@ static int run_loops(const void *const *list, int64_t count, int backward) {
             const cr_forward_args *a = list[j];
             mode = a->mode, job->batch = a->batch, job->units = a->units;
         }
-        job->isa = isa, job->args = list[j], job->backward = backward;
+        job->isa = isa_for(level, job->batch), job->args = list[j], job->backward = backward;
         job->gates = gates_of(mode);
         job->width = backward ? job->gates * job->units : job->units;
         job->lstm_carry = mode == CR_LSTM, job->dh_carry = backward;

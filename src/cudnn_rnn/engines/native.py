@@ -9,7 +9,9 @@ fused after each step's product, one barrier per step (from a zero initial state
 models start from, the first step has no product to make: ``R h0`` is zero). Each matrix is
 packed into the thread's scratch once per call, or read where it is with dot products when few
 rows multiply it (R for a batch of one, W for a projection of at most 128 rows;
-:func:`in_place_limits`), since packing costs several products of one row. A bidirectional
+:func:`in_place_limits`), since packing costs several products of one row; at AVX-512 the
+packed products' micro-kernel is 6 rows by 4 vectors, or from a batch of 7 on 8 rows by 3
+(:func:`micro_kernel`; the same bits either way). A bidirectional
 layer's two directions go to C in one call, which runs them at once on half the threads each
 where :func:`directions_together` says so. The backward loop does the same in reverse, and the
 weight gradients over all steps are products that reduce over the rows
@@ -89,9 +91,11 @@ __all__ = [
     "forward",
     "in_place_limits",
     "level_names",
+    "micro_kernel",
     "projection_pass_rows",
     "supports",
     "use_level",
+    "use_micro_kernel",
     "use_products",
     "use_projection_passes",
 ]
@@ -101,7 +105,7 @@ ENV = "CUDNN_RNN_NATIVE"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 14
+ABI_VERSION = 15
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -180,6 +184,7 @@ def _load() -> ctypes.CDLL:
     lib.cr_release.argtypes = [_PTR, _I64]
     lib.cr_advise_huge.argtypes = [_PTR, _I64]
     lib.cr_together.argtypes = [_I64, _I64, _I64, _I64]
+    lib.cr_micro_kernel.argtypes = [_I64]
     lib.cr_pass_rows.argtypes = [_I64, _I64]
     lib.cr_pass_rows.restype = _I64
     lib.cr_set_pass_rows.argtypes = [_I64]
@@ -335,6 +340,42 @@ class use_products(_EngineSetting):
                     f"use_products: {name} must be one of {sorted(PRODUCTS)}, got {choice!r}"
                 )
         super().__init__(PRODUCTS[r], PRODUCTS[w])
+
+
+def micro_kernel(batch: int) -> tuple[int, int]:
+    """The packed products' micro-kernel that a loop of ``batch`` rows runs, as ``(rows,
+    vectors of columns)``, by rule at the engine's instruction set (or as
+    :class:`use_micro_kernel` forces); ``(0, 0)`` when the engine is not loaded.
+
+    At AVX-512 the loops come in two builds: ``(6, 4)`` and, from a batch of 7 on, ``(8, 3)``,
+    whose blocks of 8 rows read a step's packed weights fewer times. The two give the same bits
+    (docs/design_notes.md, "Two micro-kernels"); the other instruction sets have one.
+    """
+    lib = _library().lib
+    if lib is None:
+        return (0, 0)
+    code = int(lib.cr_micro_kernel(batch))
+    return (code // 100, code % 100)
+
+
+#: :class:`use_micro_kernel` choices and the C library's codes for them.
+MICRO_KERNELS = {"rule": -1, "6x4": 0, "8x3": 1}
+
+
+class use_micro_kernel(_EngineSetting):
+    """Context manager: the AVX-512 packed products' micro-kernel one shape for every call
+    (tests: the two must give the same bits). ``"rule"`` (the default) is :func:`micro_kernel`'s
+    rule; other instruction sets have one shape. The process's choice, like
+    :class:`use_products`."""
+
+    setter, defaults = "cr_set_tall", (-1,)
+
+    def __init__(self, shape: str) -> None:
+        if shape not in MICRO_KERNELS:
+            raise ValueError(
+                f"use_micro_kernel: shape must be one of {sorted(MICRO_KERNELS)}, got {shape!r}"
+            )
+        super().__init__(MICRO_KERNELS[shape])
 
 
 def projection_pass_rows(input_size: int, columns: int) -> int | None:
