@@ -60,16 +60,19 @@ bench-scaling: install
 # make gpu-check GPU_PYTHON=python3 compiles the engine for that python with setup.py's flags and
 # runs the check from the source tree.
 GPU_PYTHON ?=
-ENGINE_FLAGS := -std=gnu11 -O3 -pthread -fvisibility=default -shared -fPIC
+# setup.py's flags, read without building (its COMPILE_FLAGS or LINK_FLAGS)
+SETUP_FLAGS = $(GPU_PYTHON) -c "import runpy; \
+	print(' '.join(runpy.run_path('setup.py', run_name='flags')['$(1)']))"
 ifeq ($(GPU_PYTHON),)
 gpu-check: install
 	$(PY) tools/gpu_check.py --out docs
 else
 gpu-check:
 	$(GPU_PYTHON) -c "import torch" || { echo "$(GPU_PYTHON) has no torch"; exit 1; }
-	$${CC:-cc} $(ENGINE_FLAGS) -o src/cudnn_rnn/_engine$$($(GPU_PYTHON) -c \
+	$${CC:-cc} $$($(call SETUP_FLAGS,COMPILE_FLAGS)) -shared -fPIC \
+		-o src/cudnn_rnn/_engine$$($(GPU_PYTHON) -c \
 		"import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") \
-		src/cudnn_rnn/_native/engine.c -ldl
+		src/cudnn_rnn/_native/engine.c $$($(call SETUP_FLAGS,LINK_FLAGS))
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) tools/gpu_check.py --out docs
 endif
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -41,8 +42,10 @@ from tools.sanitize import compiler  # noqa: E402  (the same compiler lookup)
 
 NATIVE = Path("src") / "cudnn_rnn" / "_native"
 OUT = ROOT / "build" / "engine_ab"
-#: setup.py's compile and link flags, as one command.
-FLAGS = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default", "-shared", "-fPIC"]
+#: setup.py's compile and link flags (its own, read without building).
+SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="engine_flags")
+FLAGS = [*SETUP["COMPILE_FLAGS"], "-shared", "-fPIC"]
+LINK = list(SETUP["LINK_FLAGS"])
 MODES = tuple(LAYER_CLASSES)
 
 
@@ -102,7 +105,7 @@ def build(side: str, out: Path = OUT) -> Path:
     if cc is None:
         raise OSError("no C compiler to build the engine with (set CC)")
     library = folder / "engine.so"
-    subprocess.run([cc, *FLAGS, "-o", str(library), str(source), "-ldl"], check=True)
+    subprocess.run([cc, *FLAGS, "-o", str(library), str(source), *LINK], check=True)
     return library
 
 
