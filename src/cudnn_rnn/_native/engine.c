@@ -336,7 +336,7 @@ typedef struct {
 #undef ISA
 #undef MR
 #undef NV
-/* The same loops with micro-kernels of up to 8 rows by 3 vectors (see tall_kernels) */
+/* The same loops with micro-kernels of up to 8 rows by 3 vectors (see isa_for) */
 #define ISA avx512_tall
 #define MR 8
 #define NV 3
