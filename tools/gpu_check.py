@@ -981,21 +981,21 @@ Four runs on one H200 on 2026-11-26 and a fifth on 2026-11-27 (torch 2.11, cuDNN
 fifth is the one docs/gpu.md records, with the cudnn engine unchanged since the fourth), ours /
 torch.nn, for the rows that missed in any of them:
 
-- **LSTM training**: 1.14, 0.98, 1.13, 1.12, 0.98. The same cuDNN kernels with the same kernel time
-  (torch.profiler: 9.92 against 9.97 ms per step); timed back to back outside this check,
-  5.63 against 5.80 ms per step.
+- **LSTM training**: 1.14, 0.98, 1.13, 1.12, 0.98. The same cuDNN kernels with the same
+  kernel time (torch.profiler: 9.92 against 9.97 ms per step); timed back to back outside this
+  check, 5.63 against 5.80 ms per step.
 - **2-layer bidirectional LSTM**: training 1.06, 1.03, 1.05, 1.03, 1.06; inference 0.96,
   1.00, 1.03, 1.05, 1.02. The same kernels.
 - **With lengths**: inference 1.12, 1.07, 1.07, 1.09, 1.08; training 1.00, 0.92, 0.99, 1.03,
-  0.98. The
-  engine sorts, packs and unpacks as torch.nn's helpers do. Runs 3 and 4 had the page-locked
-  copy of the order (no host synchronisation) and the inference gap stayed: not explained.
-- **float16 LSTM training**: 1.18, 1.07, 1.08, 1.26, 1.18. Bound by the host: cuDNN's kernels take
-  1.86 ms a step and torch.nn's step runs at that speed; ours adds our autograd node and layer
-  in Python (about 0.3 ms a step under the profiler), so the GPU waits between steps.
-- **LSTM (25, 1, 256, 2 layers) inference**: 1.07, 1.05, 1.03, 1.14, 1.03. 50 small kernels a call,
-  the same on both sides; the host decides. Captured in a CUDA graph the call takes 0.17-0.20
-  of torch.nn's eager time, which is how to serve B = 1 on a GPU.
+  0.98. The engine sorts, packs and unpacks as torch.nn's helpers do. Runs 3 and 4 had the
+  page-locked copy of the order (no host synchronisation) and the inference gap stayed: not
+  explained.
+- **float16 LSTM training**: 1.18, 1.07, 1.08, 1.26, 1.18. Bound by the host: cuDNN's kernels
+  take 1.86 ms a step and torch.nn's step runs at that speed; ours adds our autograd node and
+  layer in Python (about 0.3 ms a step under the profiler), so the GPU waits between steps.
+- **LSTM (25, 1, 256, 2 layers) inference**: 1.07, 1.05, 1.03, 1.14, 1.03. 50 small kernels a
+  call, the same on both sides; the host decides. Captured in a CUDA graph the call takes
+  0.17-0.20 of torch.nn's eager time, which is how to serve B = 1 on a GPU.
 - **Compiled training / eager**: LSTM 1.01, 0.99, 1.06, 1.11, 1.04; bidirectional 1.03,
   1.05, 1.04, 1.06, 1.02.
 - **Peak memory**: GRU 1.061, 1.061, 1.001, 1.001, 1.001; with lengths 1.089, 1.089, 1.044,
