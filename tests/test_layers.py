@@ -90,7 +90,9 @@ def test_layer_of_spec_has_that_spec(kwargs: dict[str, object]) -> None:
 
 def test_build_lazily_and_eagerly() -> None:
     layer = CudnnGRU(2, 4)
-    assert not layer.built and list(layer.parameters()) == []
+    kernel = layer.opaque_kernel  # registered already, sized by the build (test_lazy_build.py)
+    assert not layer.built and list(layer.parameters()) == [kernel]
+    assert isinstance(kernel, torch.nn.parameter.UninitializedParameter)
     with pytest.raises(
         ValueError,
         match=r"^'input_size' is unknown since layer has not been "
@@ -105,7 +107,7 @@ def test_build_lazily_and_eagerly() -> None:
         _ = layer.canonical_weight_shapes
     assert layer.canonical_bias_shapes == [[4]] * 12  # known before build, lists as the original
     layer(torch.zeros(3, 2, 5))
-    assert layer.built and layer.input_size == 5
+    assert layer.built and layer.input_size == 5 and layer.opaque_kernel is kernel
     assert [name for name, _ in layer.named_parameters()] == ["opaque_kernel"]
     assert layer.canonical_weight_shapes[:4] == [(4, 5), (4, 5), (4, 5), (4, 4)]
     eager = CudnnLSTM(1, 3, input_size=2, num_proj=2, direction="bidirectional")

@@ -8,10 +8,14 @@ Legend: ``T`` time steps, ``B`` batch, ``I`` input size, ``H`` num_units, ``P`` 
   ``[L*D, B, H]``; zeros when omitted
 * ``outputs``: ``[T, B, D*Hout]`` (``[B, T, D*Hout]`` with ``time_major=False``)
 
-The layer is built (its one parameter ``opaque_kernel`` created) from the input size: at
-construction when ``input_size`` is given, else on the first call or by ``build(input_shape)``.
-Its ``state_dict`` holds exactly ``{"opaque_kernel": 1-D tensor}``; the canonical, portable form
-is what :attr:`saveable` and :mod:`cudnn_rnn.checkpoint` write.
+The layer is built (its one parameter ``opaque_kernel`` sized and initialised) from the input
+size: at construction when ``input_size`` is given, else on the first call, by
+``build(input_shape)`` or by loading a ``state_dict``. Until then ``opaque_kernel`` is a
+``torch.nn.parameter.UninitializedParameter``, as in torch's lazy modules (``nn.LazyLinear``):
+``parameters()`` lists it, ``.to(dtype/device)`` moves it, and the build materialises that same
+object in place, so an optimizer made before the first call trains it. Its ``state_dict`` holds
+exactly ``{"opaque_kernel": 1-D tensor}`` (the uninitialised parameter before the build); the
+canonical, portable form is what :attr:`saveable` and :mod:`cudnn_rnn.checkpoint` write.
 
 Default initialisation follows the original: Glorot-uniform drawn separately for each canonical
 weight matrix (limit ``sqrt(6 / (rows + cols))``), all biases (both ``bW`` and ``bR``) zero. With
@@ -29,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn.parameter import UninitializedParameter, is_lazy
 from torch.nn.utils.rnn import PackedSequence
 from typing_extensions import Self
 
@@ -92,7 +97,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             owner=cls,
         )
         self._input_mode = check_input_mode(cls, input_mode)
-        self._dtype = check_dtype(cls, dtype)
+        dtype = check_dtype(cls, dtype)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(
                 f"{cls}: seed must be an int or None, got {type(seed).__name__} {seed!r}."
@@ -113,7 +118,6 @@ class _CudnnRNN(nn.Module, SpecProperties):
         self._bias_initializer = bias_initializer
         self._name = name if name is not None else _snake(cls)
         self._scope = scope
-        self._device = torch.device(device) if device is not None else None
         self._spec: RNNSpec | None = None
         self._op: ops._CudnnRNN | None = None
         self._saveable: Any = None
@@ -122,6 +126,10 @@ class _CudnnRNN(nn.Module, SpecProperties):
         # not in state_dict, not moved by .to(), and not broadcast by DistributedDataParallel,
         # whose NCCL backend refuses CPU tensors (every replica counts the same calls).
         self._dropout_step = torch.zeros((), dtype=torch.int64)
+        # Registered now, sized by the build: an optimizer or DDP made before then sees it.
+        self.opaque_kernel = UninitializedParameter(  # type: ignore[call-arg,assignment]
+            device=device, dtype=dtype
+        )  # (torch's stub has neither these arguments nor the Parameter base)
         if input_size is not None:
             self.build((None, None, input_size))
 
@@ -131,7 +139,9 @@ class _CudnnRNN(nn.Module, SpecProperties):
         return self._spec is not None
 
     def build(self, input_shape: Sequence[int | None] | torch.Size) -> None:
-        """Create ``opaque_kernel`` for inputs of shape ``[T, B, input_size]``; no-op if built."""
+        """Size and initialise ``opaque_kernel`` for inputs ``[T, B, input_size]``, in place, in
+        its dtype and on its device (those of the constructor or of a later ``.to()``); no-op if
+        built."""
         if self._spec is not None:
             return
         cls = type(self).__name__
@@ -144,29 +154,39 @@ class _CudnnRNN(nn.Module, SpecProperties):
             )
         size = check_int(cls, "input_size", shape[-1], 1)
         spec = self._base_spec.with_input(size, self._input_mode, owner=cls)
-        self._spec = spec
-        self._op = self._op_cls(
+        kernel = self.opaque_kernel
+        dtype = kernel.dtype
+        op = self._op_cls(
             spec.num_layers,
             spec.num_units,
             spec.input_size,
             spec.input_mode,
             spec.direction,
-            self._dtype,
+            dtype,
             spec.dropout,
             self._seed,
             **({"num_proj": spec.num_proj} if spec.num_proj is not None else {}),
-        )._retyped(self._dtype, cls)
-        weights, biases = self._initial_canonical(spec)
-        opaque = self._op.canonical_to_params(weights, biases)
-        self.opaque_kernel = nn.Parameter(opaque.to(self._device) if self._device else opaque)
+        )._retyped(dtype, cls)
+        weights, biases = self._initial_canonical(spec, dtype)
+        opaque = op.canonical_to_params(weights, biases)
+        # Everything that can refuse has run: the layer is built only now, the same object.
+        with torch.no_grad():
+            if is_lazy(kernel):
+                kernel.materialize(opaque.shape)
+            else:  # torch's swap_module_params_on_conversion turns it into an empty Parameter
+                kernel.data = kernel.new_empty(opaque.shape)
+            kernel.copy_(opaque)
+        self._spec, self._op = spec, op
 
-    def _initial_canonical(self, spec: RNNSpec) -> tuple[list[Tensor], list[Tensor]]:
+    def _initial_canonical(
+        self, spec: RNNSpec, dtype: torch.dtype
+    ) -> tuple[list[Tensor], list[Tensor]]:
         layout = layout_of(spec)
         # A seed gives a generator of its own; without one, torch's global RNG as torch.nn does.
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
 
         def glorot(shape: tuple[int, ...]) -> Tensor:
-            return glorot_uniform(shape, self._dtype, gen)
+            return glorot_uniform(shape, dtype, gen)
 
         def made(
             init: Initializer | None,
@@ -178,9 +198,9 @@ class _CudnnRNN(nn.Module, SpecProperties):
                 return default(shape)
             value = init(shape)
             t = (
-                torch.as_tensor(value).to(self._dtype)
+                torch.as_tensor(value).to(dtype)
                 if not isinstance(value, Tensor)
-                else (value.detach().to(self._dtype))
+                else (value.detach().to(dtype))
             )
             if tuple(t.shape) != shape:
                 raise ValueError(
@@ -190,7 +210,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             return t.cpu()
 
         weights = [
-            torch.eye(p.shape[0], dtype=self._dtype)
+            torch.eye(p.shape[0], dtype=dtype)
             if p.offset is None
             else made(self._kernel_initializer, glorot, p.shape, "kernel_initializer")
             for p in layout.weights
@@ -198,7 +218,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         biases = [
             made(
                 self._bias_initializer,
-                lambda s: torch.zeros(s, dtype=self._dtype),
+                lambda s: torch.zeros(s, dtype=dtype),
                 p.shape,
                 "bias_initializer",
             )
@@ -233,8 +253,8 @@ class _CudnnRNN(nn.Module, SpecProperties):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The parameter's dtype once built (it follows ``.to(dtype)``), else the requested one."""
-        return self.opaque_kernel.dtype if self.built else self._dtype
+        """The parameter's dtype (the constructor's, then following ``.to(dtype)``)."""
+        return self.opaque_kernel.dtype
 
     @property
     def input_size(self) -> int:
@@ -323,7 +343,6 @@ class _CudnnRNN(nn.Module, SpecProperties):
                     f"{cls}: expecting inputs with 3 dims, got shape {tuple(data.shape)}."
                 )
             self.build((None, None, data.shape[-1]))
-            self.opaque_kernel.data = self.opaque_kernel.data.to(data.device)
         if training is None:
             training = self.training
         kernel = self.opaque_kernel
@@ -445,14 +464,45 @@ class _CudnnRNN(nn.Module, SpecProperties):
             f"dropout={b.dropout}{proj}"
         )
 
-    # -- state_dict into an unbuilt layer: build from the stored buffer's length -----------------
+    # -- state_dict, pickle: the unbuilt layer's uninitialised parameter ---------------------------
+    def _save_to_state_dict(
+        self, destination: dict[str, Any], prefix: str, keep_vars: bool
+    ) -> None:
+        if is_lazy(self.opaque_kernel):  # it cannot be detached; torch's lazy modules save it so
+            destination[prefix + "opaque_kernel"] = self.opaque_kernel
+        else:
+            super()._save_to_state_dict(destination, prefix, keep_vars)
+
     def _load_from_state_dict(
         self, state_dict: Mapping[str, Any], prefix: str, *args: Any, **kwargs: Any
     ) -> None:
-        key = prefix + "opaque_kernel"
-        if not self.built and key in state_dict:
-            self._build_from_size(int(state_dict[key].numel()))
+        # An unbuilt layer is built from the stored buffer's length, then loaded by torch, in
+        # place: the parameter an optimizer holds gets the values.
+        value = state_dict.get(prefix + "opaque_kernel")
+        lazy = isinstance(value, Tensor) and is_lazy(value)
+        if lazy and self.built:
+            raise RuntimeError(
+                f"{type(self).__name__}: the state_dict's {prefix}opaque_kernel is uninitialised "
+                "(saved from a layer that was not built) and this layer is built; load it into "
+                "an unbuilt layer, or save the source layer after its first call."
+            )
+        if not self.built and isinstance(value, Tensor) and not lazy:
+            self._build_from_size(int(value.numel()))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__())  # type: ignore[no-untyped-call]
+        kernel = self.opaque_kernel
+        if is_lazy(kernel):  # torch pickles an uninitialised parameter without dtype or device
+            state["_lazy_kernel_like"] = (kernel.dtype, kernel.device)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        like = state.pop("_lazy_kernel_like", None)
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        if like is not None:
+            dtype, device = like
+            self.opaque_kernel.data = torch.empty(0, dtype=dtype, device=device)
 
     def _build_from_size(self, size: int) -> None:
         b = self._base_spec
