@@ -1,14 +1,17 @@
 /* cudnn_rnn's native CPU engine: the time loops of one direction of one layer.
  *
- * The Python side (cudnn_rnn/engines/native.py) makes the backward's products over all steps
- * (the weight gradients and the input gradient, with torch's or oneDNN's matmul) and calls in
- * here, through ctypes on the tensors' data pointers, for the rest:
+ * The Python side (cudnn_rnn/engines/native.py) calls in here, through ctypes on the tensors'
+ * data pointers:
  *
  *   cr_forward   the input projection gi = x @ W^T (in passes, see pass_rows; or gi given),
  *                then per step: gates = gi[t] + h @ R^T (+ bR for the GRU), the gate math, h
  *                and c; optionally keeps what cr_backward needs (the workspace, in time order)
  *   cr_backward  per step in reverse: the gradient of the gates' pre-activations (dgi) and
  *                the carried dh, dc (dh_prev = dgates @ R)
+ *   cr_gemm      the backward's products over all steps: the weight gradients (dgi^T u,
+ *                dgi^T h), the biases' sums and the input gradient (dgi @ W), each element one
+ *                chain in increasing k, so that their bits do not follow the thread count (a
+ *                vendor GEMM's split of k across threads does)
  *
  * Threads: torch's own OpenMP pool when the process has one (cr_use_openmp attaches to the GNU
  * OpenMP runtime torch loaded, so our steps run on the threads torch's GEMMs just used, and the
@@ -41,7 +44,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 15
+#define CR_ABI_VERSION 16
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -108,6 +111,22 @@ typedef struct {
     int64_t hout_rs, hout_compact;
     const float *h0;
 } cr_backward_args;
+
+/* The backward's products over all steps (cr_gemm): C[m, n] = A @ B with A [m, k], or with `at`
+ * C[m, n] = A^T @ B with A [k, m] (a sum over k rows: the weight gradients); B [k, n]. Row
+ * strides lda, ldb, ldc (elements; the columns are contiguous). `accumulate`: C += instead of
+ * C =. colsum (at only; NULL: none): A's [m] column sums. */
+typedef struct {
+    int64_t at, m, n, k;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc, accumulate;
+    float *colsum;
+    int64_t threads;
+} cr_gemm_args;
 
 typedef struct {
     int64_t u0, n, npad; /* this thread's units [u0, u0 + n), padded to npad */
@@ -319,7 +338,14 @@ typedef struct {
     forward_fn forward;
     backward_fn backward;
     void (*activation)(int, int64_t, const float *, float *);
+    void (*gemm)(const cr_gemm_args *, int64_t, int64_t, float *);
 } isa_t;
+
+/* The backward products' chunks: GK rows of K (B's packed chunk: GK x 64 floats a column block,
+ * in L2 while a chunk of A's rows goes by), GM rows of C at a time (GM x GK floats of A). The
+ * bits depend on neither (kernel.inc, gemm_rows). */
+#define GK 256
+#define GM 96
 
 /* ---- one instantiation of kernel.inc per instruction set --------------------------------- */
 
@@ -336,11 +362,14 @@ typedef struct {
 #undef ISA
 #undef MR
 #undef NV
-/* The same loops with micro-kernels of up to 8 rows by 3 vectors (see isa_for) */
+/* The same loops with micro-kernels of up to 8 rows by 3 vectors (see isa_for); the backward's
+ * products run the first build's */
 #define ISA avx512_tall
 #define MR 8
 #define NV 3
+#define NO_GEMM
 #include "kernel.inc"
+#undef NO_GEMM
 #undef ISA
 #undef ISA_NAME
 #undef VEC
@@ -883,6 +912,87 @@ int cr_forward_many(const cr_forward_args *const *list, int64_t count) {
 
 int cr_backward_many(const cr_backward_args *const *list, int64_t count) {
     return run_loops((const void *const *)list, count, 1);
+}
+
+/* ---- the backward's products ---------------------------------------------------------------- */
+
+typedef struct {
+    const cr_gemm_args *g;
+    const isa_t *isa;
+    int parts, threads;
+    atomic_int failed;
+} gemm_job_t;
+
+/* The floats of a thread's scratch for gemm_rows: the column numbers (int64: two floats each)
+ * and B's packed chunk. */
+static size_t gemm_scratch(const cr_gemm_args *g, int vec) {
+    size_t npad = (size_t)((g->n + vec - 1) / vec * vec);
+    return 2 * npad + (size_t)GK * npad + 16;
+}
+
+/* Part p of the rows, in whole blocks of the micro-kernel's rows where it can. */
+static int64_t gemm_part_start(const gemm_job_t *job, int p) {
+    int64_t mr = job->isa->rows, blocks = (job->g->m + mr - 1) / mr;
+    int64_t start = blocks * p / job->parts * mr;
+    return start < job->g->m ? start : job->g->m;
+}
+
+/* Thread `tid` of `threads` makes parts tid, tid + threads, ...: a team smaller than asked for
+ * (OpenMP may give fewer) makes them all, with the same arithmetic. */
+static void gemm_thread(gemm_job_t *job, int tid, int threads) {
+    float *work = scratch(gemm_scratch(job->g, job->isa->vec));
+    if (!work) {
+        atomic_store(&job->failed, 1);
+        return;
+    }
+    for (int p = tid; p < job->parts; p += threads) {
+        int64_t m0 = gemm_part_start(job, p), m1 = gemm_part_start(job, p + 1);
+        if (m1 > m0) job->isa->gemm(job->g, m0, m1, work);
+    }
+}
+
+static void gemm_team(void *p, int tid) {
+    gemm_job_t *job = p;
+    gemm_thread(job, tid, job->threads);
+}
+
+static void gemm_openmp(void *p) { gemm_thread(p, omp_thread_num(), omp_num_threads()); }
+
+static int check_gemm(const cr_gemm_args *g) {
+    if (g->m < 0 || g->n < 0 || g->k < 0 || (g->at != 0 && g->at != 1)) return 2;
+    if (g->m > 0 && g->n > 0 && (!g->c || g->ldc < g->n)) return 2;
+    if (g->m > 0 && g->k > 0 && (!g->a || g->lda < (g->at ? g->m : g->k))) return 2;
+    if (g->n > 0 && g->k > 0 && (!g->b || g->ldb < g->n)) return 2;
+    if (g->colsum && !g->at) return 2;
+    return 0;
+}
+
+/* C (+)= A @ B or A^T @ B (see cr_gemm_args) on up to `threads` threads, each making whole rows
+ * of C; the bits depend on none of it (kernel.inc, gemm_rows). Returns 0, 1 when memory ran
+ * out, 2 on bad sizes, strides or a missing pointer. */
+int cr_gemm(const cr_gemm_args *g) {
+    if (!g) return 2;
+    int rc = check_gemm(g);
+    if (rc) return rc;
+    if (g->m == 0) return 0;
+    cr_gemm_args args = *g;
+    if (args.n == 0) args.ldc = 0; /* colsum alone */
+    gemm_job_t job = {.g = &args, .isa = isa_of(cr_level())};
+    atomic_init(&job.failed, 0);
+    int64_t blocks = (args.m + job.isa->rows - 1) / job.isa->rows;
+    int64_t want = args.threads < blocks ? args.threads : blocks;
+    if (want > CR_MAX_THREADS) want = CR_MAX_THREADS;
+    if (args.m * (args.n + 1) * args.k < (1 << 18)) want = 1; /* less than a barrier's worth */
+    job.parts = want < 1 ? 1 : (int)want;
+    gomp_parallel_t openmp = atomic_load(&gomp_parallel);
+    if (openmp && job.parts > 1) {
+        openmp(gemm_openmp, &job, (unsigned)job.parts, 0);
+    } else {
+        job.threads = openmp ? 1 : team_acquire(job.parts);
+        team_run(gemm_team, &job, job.threads);
+        if (!openmp && job.threads > 1) pthread_mutex_unlock(&team_call);
+    }
+    return atomic_load(&job.failed) ? 1 : 0;
 }
 
 /* madvise(advice) over the whole units of `unit` bytes inside [p, p + bytes); 0, or -1 where

@@ -6,10 +6,9 @@ being traced, the dropout in force), so the operator's fake implementation knows
 keeps for its backward pass. The first row that fits runs the call:
 
 ==============================  ==========================================================
-CPU, float32, no projection,    ``native``: our C engine (the forward's input projection
-the native engine loaded        and both time loops; oneDNN's or torch's products for
-                                the weight gradients), with or without gradient, traced or not
-                                (:mod:`.native`)
+CPU, float32, no projection,    ``native``: our C engine (the forward's input projection,
+the native engine loaded        both time loops and the backward's products), with or
+                                without gradient, traced or not (:mod:`.native`)
 CUDA, float16/32/64, cuDNN      ``cudnn``: cuDNN through aten's ``_cudnn_rnn`` and
 available and enabled,          ``_cudnn_rnn_backward`` on the opaque buffer in place, with
 projection narrower than        or without gradient, traced or not; cuDNN's own dropout
@@ -31,6 +30,15 @@ fast engine, so traced CUDA calls take it: ``torch.compile(fullgraph=True)`` and
 ``torch.export`` carry it as a data-dependent size; without ``fullgraph`` the graph breaks at
 the RNN, which then runs eagerly. The engines agree to float rounding (tests/test_operator.py,
 tests/engines/test_native.py, tests/engines/test_cudnn_engine.py).
+
+Bits across thread counts: ``native`` computes every element the same way on any number of
+threads and at AVX2 and AVX-512 alike (tests/engines/test_same_bits.py), so a call gives the
+same bits on 1 to 16 threads. ``cudnn`` repeats its bits call to call on one GPU
+(tests/engines/test_cuda_engine.py); CPU threads play no part there. ``torch``, ``onednn``
+and ``loop`` run MKL's or oneDNN's products, whose split of a sum across threads follows the
+thread count: they repeat their bits at one thread count, and may differ in the last place
+between counts. Those rows serve what the native engine does not (float64, float16,
+bfloat16, projection on CPU, or the engine not built).
 
 float64, float16 and bfloat16 on CPU, projection on CPU, bfloat16 on CUDA and CUDA without cuDNN
 stay on torch's kernels and the loop. Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -184,7 +184,9 @@ def _mkl_native() -> bool:
 #: it takes its AVX-512 path: on a 2-core Xeon (Emerald Rapids) ``torch.mm`` made them at
 #: 186-239 GFLOP/s against 76-213 for oneDNN, whose product of transposed operands reorders
 #: them first (docs/design_notes.md). A rule on the machine, fixed at import: every call on one
-#: machine takes the same product and gives the same bits.
+#: machine takes the same product and repeats its bits at one thread count (not across counts:
+#: both split a product's sums by the threads; the native engine has products of its own). Only
+#: the loop engine's backward uses it (:data:`TORCH_PRODUCTS`).
 _ONEDNN_LINEAR: Any = (
     getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     if torch.backends.mkldnn.is_available() and not _mkl_native()  # type: ignore[no-untyped-call]
@@ -248,6 +250,47 @@ def reduce_rows(dst: Tensor, g: Tensor, x: Tensor) -> None:
         torch.mm(gt, x, out=dst)
 
 
+class Products(Protocol):
+    """The backward's products over all steps: torch's matmul and oneDNN's by rule
+    (:data:`TORCH_PRODUCTS`; the loop engine), or the native engine's own, whose bits do not
+    depend on the thread count (:mod:`cudnn_rnn.engines.native`)."""
+
+    def sum_rows(
+        self, dst: Tensor | None, g: Tensor, x: Tensor | None, colsum: Tensor | None = None
+    ) -> None:
+        """``dst [m, n] = g.T @ x`` and ``colsum [m] = g.sum(0)``, each where given: sums over
+        the rows of ``g [rows, m]`` and ``x [rows, n]``."""
+
+    def times(self, a: Tensor, w: Tensor, out: Tensor | None, accumulate: bool = False) -> Tensor:
+        """``a [rows, k] @ w [k, n]``, into ``out`` (contiguous) where given, added to it with
+        ``accumulate``; returns the product (``out`` where given)."""
+        ...
+
+
+class _TorchProducts:
+    """torch's matmul, or oneDNN's where :func:`_onednn` says so (:func:`reduce_rows`,
+    :func:`product_t`); each repeats its bits, but MKL and oneDNN split a product's sums
+    across threads differently for different thread counts."""
+
+    def sum_rows(
+        self, dst: Tensor | None, g: Tensor, x: Tensor | None, colsum: Tensor | None = None
+    ) -> None:
+        if dst is not None:
+            assert x is not None
+            reduce_rows(dst, g, x)
+        if colsum is not None:
+            torch.sum(g, dim=0, out=colsum)
+
+    def times(self, a: Tensor, w: Tensor, out: Tensor | None, accumulate: bool = False) -> Tensor:
+        if out is None:
+            return product_t(a, w.t())
+        product_t_into(a, w.t(), out, accumulate)
+        return out
+
+
+TORCH_PRODUCTS: Products = _TorchProducts()
+
+
 def weight_grads(
     spec: RNNSpec,
     wt: Weights,
@@ -258,6 +301,7 @@ def weight_grads(
     dghn: Tensor | None,
     into: Tensor | None = None,
     need_du: bool = True,
+    products: Products = TORCH_PRODUCTS,
 ) -> Tensor | None:
     """One direction's weight gradients into ``gw`` as GEMMs over all steps; returns ``du``
     (added to ``into``, a contiguous ``[T, B, in]``, where given: the other direction's, which
@@ -269,12 +313,17 @@ def weight_grads(
     the same order of rows. The two halves, :func:`recurrent_grads` and :func:`input_grads`,
     can also be called apart (the native engine frees ``h_prev`` between them).
     """
-    recurrent_grads(spec, gw, h_prev, dgi, dghn)
-    return input_grads(spec, wt, gw, u, dgi, into, need_du)
+    recurrent_grads(spec, gw, h_prev, dgi, dghn, products)
+    return input_grads(spec, wt, gw, u, dgi, into, need_du, products)
 
 
 def recurrent_grads(
-    spec: RNNSpec, gw: Weights, h_prev: Tensor, dgi: Tensor, dghn: Tensor | None
+    spec: RNNSpec,
+    gw: Weights,
+    h_prev: Tensor,
+    dgi: Tensor,
+    dghn: Tensor | None,
+    products: Products = TORCH_PRODUCTS,
 ) -> None:
     """The gradients of ``R`` and both biases (see :func:`weight_grads`). ``R h' + bR`` has the
     same gradient as ``dgi`` except in the GRU's candidate third, which the reset gate scales:
@@ -285,14 +334,12 @@ def recurrent_grads(
     flat_gi = dgi.reshape(rows, g_all)
     if dghn is not None:  # GRU: r and u rows from dgi, the candidate's from dghn
         flat_n = dghn.reshape(rows, units)
-        reduce_rows(gw.r[: 2 * units], flat_gi[:, : 2 * units], flat_h)
-        reduce_rows(gw.r[2 * units :], flat_n, flat_h)
-        torch.sum(flat_gi[:, : 2 * units], dim=0, out=gw.br[: 2 * units])
-        torch.sum(flat_n, dim=0, out=gw.br[2 * units :])
-        torch.sum(flat_gi, dim=0, out=gw.bw)
+        ru = slice(None, 2 * units)
+        products.sum_rows(gw.r[ru], flat_gi[:, ru], flat_h, gw.br[ru])
+        products.sum_rows(gw.r[2 * units :], flat_n, flat_h, gw.br[2 * units :])
+        products.sum_rows(None, flat_gi, None, gw.bw)
     else:  # both biases sit in every gate's sum: the same gradient
-        reduce_rows(gw.r, flat_gi, flat_h)
-        torch.sum(flat_gi, dim=0, out=gw.bw)
+        products.sum_rows(gw.r, flat_gi, flat_h, gw.bw)
         gw.br.copy_(gw.bw)
 
 
@@ -304,6 +351,7 @@ def input_grads(
     dgi: Tensor,
     into: Tensor | None = None,
     need_du: bool = True,
+    products: Products = TORCH_PRODUCTS,
 ) -> Tensor | None:
     """The gradient of ``W`` into ``gw`` and the returned ``du`` (see :func:`weight_grads`)."""
     units, g_all = spec.num_units, spec.num_gates * spec.num_units
@@ -315,8 +363,9 @@ def input_grads(
         du = dgi.view(dgi.shape[0], dgi.shape[1], spec.num_gates, units).sum(2)
         return du if into is None else into.add_(du)
     assert wt.w is not None
-    reduce_rows(gw.w, flat_gi, u.reshape(rows, -1))
+    products.sum_rows(gw.w, flat_gi, u.reshape(rows, -1))
     if not need_du:
         return None
     add = None if into is None else into.view(rows, -1)
-    return product_t(flat_gi, wt.w.t(), add).view(dgi.shape[0], dgi.shape[1], -1)
+    du = products.times(flat_gi, wt.w, add, accumulate=add is not None)
+    return du.view(dgi.shape[0], dgi.shape[1], -1)

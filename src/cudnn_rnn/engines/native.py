@@ -14,10 +14,12 @@ packed products' micro-kernel is 6 rows by 4 vectors, or from a batch of 7 on 8 
 (:func:`micro_kernel`; the same bits either way). A bidirectional
 layer's two directions go to C in one call, which runs them at once on half the threads each
 where :func:`directions_together` says so. The backward loop does the same in reverse, and the
-weight gradients over all steps are products that reduce over the rows
-(:func:`~cudnn_rnn.engines.common.weight_grads`' two halves: by rule torch's matmul where it is
-MKL on an Intel CPU, else oneDNN's where torch has it); a layer above the first makes its input
-gradient in chunks that give the gates' pages back as it goes.
+products over all steps (the weight gradients, which reduce over the rows, the biases' sums and
+the input gradient: :func:`~cudnn_rnn.engines.common.weight_grads`' two halves) are C's too
+(``cr_gemm``, :func:`_gemm`), not a vendor's: MKL and oneDNN split a product's sums across
+threads in ways that follow the thread count (MKL at AVX2 changed the weight gradients between
+1 and 2 threads, and at AVX-512 a GRU's); a layer above the first makes its input gradient in
+chunks that give the gates' pages back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
@@ -37,13 +39,15 @@ once C has read them, and gives the large parts of a layer above the first back 
 once it has finished with them (:func:`_release`); a second backward through the same call
 (``retain_graph``, gradcheck) sees the last element set and runs the forward again first.
 
-Bits: the C loops compute every element the same way whichever thread owns it, so they do not
-depend on the number of threads, and repeat exactly (the packed and the in-place products sum
-in different orders, and the rule picks one from the call's sizes, so a sequence run alone gets
-bits that differ in the last place from those it gets in a larger batch); the products around
-them are oneDNN's or torch's (they repeat exactly too, and gave the same bits on 1 to 16
-threads here). AVX-512 and AVX2 give the same bits (both contract to FMA); the x86-64 baseline
-may differ in the last place.
+Bits: every element, in the loops and in the backward's products, is computed the same way
+whichever thread owns it (one chain of multiply-adds in increasing k for a product), so a call
+gives the same bits on any number of threads, and repeats exactly (the packed and the in-place
+products of the forward sum in different orders, and the rule picks one from the call's sizes,
+so a sequence run alone gets bits that differ in the last place from those it gets in a larger
+batch). AVX-512 and AVX2 give the same bits (both contract to FMA); the x86-64 baseline may
+differ in the last place. ``CUDNN_RNN_NATIVE_ISA=avx2`` (or ``base``) runs the engine at a lower
+instruction set than the machine's best (tests/engines/test_same_bits.py runs a machine without
+AVX-512 that way).
 
 Loading: the library is built by ``pip install`` (``setup.py``, optional). If it is missing or
 cannot load, or ``CUDNN_RNN_NATIVE=0`` is set, :func:`available` is false and the dispatch
@@ -73,7 +77,6 @@ from cudnn_rnn.engines.common import (
     Weights,
     WorkspaceEngine,
     input_grads,
-    product_t_into,
     pseudo_layers,
     recurrent_grads,
     split_workspace,
@@ -102,10 +105,13 @@ __all__ = [
 
 NAME = "native"
 ENV = "CUDNN_RNN_NATIVE"
+#: Runs the engine at this instruction set instead of the best the machine has (``avx512``,
+#: ``avx2``, ``base``): how a test run on one machine takes the paths of another.
+ISA_ENV = "CUDNN_RNN_NATIVE_ISA"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 15
+ABI_VERSION = 16
 #: The C library's mode codes.
 MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
 
@@ -142,6 +148,12 @@ class _BackwardArgs(ctypes.Structure):
     )
 
 
+class _GemmArgs(ctypes.Structure):
+    """Mirror of ``cr_gemm_args`` in engine.c."""
+
+    _fields_ = _fields("at m n k *a lda *b ldb *c ldc accumulate *colsum threads")
+
+
 class _Library:
     """The loaded library, or why there is none."""
 
@@ -174,11 +186,21 @@ def _load() -> ctypes.CDLL:
             f"{found[0].name} is ABI {lib.cr_abi_version()}, this package needs {ABI_VERSION}: "
             "reinstall cudnn-rnn (pip install -e .)"
         )
+    lib.cr_level_name.restype = ctypes.c_char_p
+    forced = os.environ.get(ISA_ENV, "").strip()
+    if forced:
+        names = [lib.cr_level_name(k).decode() for k in range(lib.cr_supported_level(), -1, -1)]
+        if forced not in names:
+            raise OSError(
+                f"{ISA_ENV}={forced!r} is not an instruction set the engine can run here; "
+                f"choose one of {names} or unset it"
+            )
+        lib.cr_set_level(len(names) - 1 - names.index(forced))
     lib.cr_forward.argtypes = [ctypes.POINTER(_ForwardArgs)]
     lib.cr_backward.argtypes = [ctypes.POINTER(_BackwardArgs)]
     lib.cr_forward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_backward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
-    lib.cr_level_name.restype = ctypes.c_char_p
+    lib.cr_gemm.argtypes = [ctypes.POINTER(_GemmArgs)]
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
     lib.cr_release.argtypes = [_PTR, _I64]
@@ -280,15 +302,22 @@ class _EngineSetting:
 
 
 class use_level(_EngineSetting):
-    """Context manager: run the engine at an instruction set below the best (tests)."""
+    """Context manager: run the engine at an instruction set below the best (tests); on exit
+    the level in force before (the best, or what ``CUDNN_RNN_NATIVE_ISA`` chose)."""
 
-    setter, defaults = "cr_set_level", (-1,)
+    setter = "cr_set_level"
 
     def __init__(self, name: str) -> None:
         names = level_names()
         if name not in names:
             raise ValueError(f"instruction set {name!r} is not available here; have {names}")
         super().__init__(len(names) - 1 - names.index(name))
+
+    def __enter__(self) -> use_level:
+        lib = _library().lib
+        assert lib is not None
+        self.defaults = (int(lib.cr_level()),)
+        return super().__enter__()
 
 
 def in_place_limits() -> tuple[int, int]:
@@ -809,6 +838,75 @@ def _page_bytes() -> int:
         return 4096
 
 
+def _rows(t: Tensor, name: str, shape: tuple[int, int], *, output: bool = False) -> Tensor:
+    """A matrix as :func:`_gemm` hands it to C: CPU float32 of ``shape``, its columns adjacent
+    (rows may be apart: a slice of columns); an input that is not is copied, an output must be
+    (the engine makes them)."""
+    if t.is_cpu and t.dtype == torch.float32 and tuple(t.shape) == shape:
+        if t.stride(1) == 1 or shape[1] <= 1:
+            if t.stride(0) >= shape[1] or shape[0] <= 1:
+                return t
+    if output:
+        raise RuntimeError(
+            f"cudnn_rnn native engine: the product's output {name} (a {t.dtype} {tuple(t.shape)} "
+            f"tensor on {t.device}, strides {t.stride()}) is not a CPU float32 {shape} matrix "
+            "with adjacent columns (a bug: please report it)"
+        )
+    return boundary(t, name, shape)
+
+
+def _row_stride(t: Tensor) -> int:
+    return max(int(t.stride(0)), int(t.shape[1])) if t.shape[0] > 1 else int(t.shape[1])
+
+
+def _gemm(
+    at: bool,
+    a: Tensor,
+    b: Tensor | None,
+    c: Tensor | None,
+    *,
+    accumulate: bool = False,
+    colsum: Tensor | None = None,
+) -> None:
+    """``c (+)= a @ b`` (``a [m, k]``), or with ``at`` ``c = a.T @ b`` and ``colsum = a.sum(0)``
+    (``a [k, m]``): engine.c's ``cr_gemm``, whose every element is one chain of multiply-adds
+    in increasing k, so its bits do not depend on the thread count (nor on the ISA between
+    AVX2 and AVX-512)."""
+    m = int(a.shape[1]) if at else int(a.shape[0])
+    k = int(a.shape[0]) if at else int(a.shape[1])
+    n = 0 if c is None else int(c.shape[1])
+    a = _rows(a, "a", (k, m) if at else (m, k))
+    b = None if b is None else _rows(b, "b", (k, n))
+    c = None if c is None else _rows(c, "c", (m, n), output=True)
+    colsum = None if colsum is None else _rows(colsum.view(1, m), "colsum", (1, m), output=True)
+    args = _GemmArgs(
+        at=int(at), m=m, n=n, k=k, a=a.data_ptr(), lda=_row_stride(a),
+        b=None if b is None else b.data_ptr(), ldb=0 if b is None else _row_stride(b),
+        c=None if c is None else c.data_ptr(), ldc=0 if c is None else _row_stride(c),
+        accumulate=int(accumulate), colsum=None if colsum is None else colsum.data_ptr(),
+        threads=torch.get_num_threads(),
+    )  # fmt: skip
+    _call("cr_gemm", args)
+
+
+class _Products:
+    """The backward's products on :func:`_gemm` (see :class:`~.common.Products`)."""
+
+    def sum_rows(
+        self, dst: Tensor | None, g: Tensor, x: Tensor | None, colsum: Tensor | None = None
+    ) -> None:
+        _gemm(True, g, x, dst, colsum=colsum)
+
+    def times(self, a: Tensor, w: Tensor, out: Tensor | None, accumulate: bool = False) -> Tensor:
+        if out is None:
+            out = a.new_empty(int(a.shape[0]), int(w.shape[1]))
+        _gemm(False, a, w, out, accumulate=accumulate)
+        return out
+
+
+_OURS = _Products()  # the backward's products
+
+
 def _input_grad_releasing(wt: Weights, dgi: Tensor, into: Tensor | None) -> Tensor:
     """A layer's input gradient ``dgi @ W`` (added to ``into``, the other direction's, where
     given) made in chunks of rows; after each chunk the whole pages of the gates' gradients
@@ -827,7 +925,7 @@ def _input_grad_releasing(wt: Weights, dgi: Tensor, into: Tensor | None) -> Tens
     done = 0  # the bytes of ``flat`` up to which whole pages were given back
     for r0 in range(0, rows, chunk):
         r1 = min(rows, r0 + chunk)
-        product_t_into(flat[r0:r1], wt.w.t(), out[r0:r1], accumulate=into is not None)
+        _OURS.times(flat[r0:r1], wt.w, out[r0:r1], accumulate=into is not None)
         # From the page holding the last chunk's end (read by then), to this chunk's end.
         start = (flat.data_ptr() + done) // page * page
         end = flat.data_ptr() + r1 * gates * flat.element_size()
@@ -944,15 +1042,15 @@ def backward(
             own = out[..., d * units : (d + 1) * units]
             into = kept[1] if spec.mode == CUDNN_LSTM else None
             h_prev = _state_before(own, h0[p], d, full_lengths, kept_index, out_map, into)
-            recurrent_grads(spec, grads[p], h_prev, dgi, dghn)
+            recurrent_grads(spec, grads[p], h_prev, dgi, dghn, _OURS)
             del h_prev
             if layer > 0 and len(kept) > 1:  # finished with: the states, or the GRU's dghn
                 _release(kept[1])
             if layer > 0:  # the input's gradient as the gates' gradients are given back
-                input_grads(spec, weights[p], grads[p], u, dgi, None, False)  # dW alone
+                input_grads(spec, weights[p], grads[p], u, dgi, None, False, _OURS)  # dW
                 d_in = _input_grad_releasing(weights[p], dgi, d_in)
             else:
-                d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, need_dx)
+                d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, need_dx, _OURS)
         if 0 < layer < spec.num_layers - 1:  # this layer's output, read for its states
             _release(inputs[layer])
         if d_in is None:  # layer 0 and nothing wants the input's gradient

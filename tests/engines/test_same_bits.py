@@ -1,0 +1,209 @@
+"""One call gives the same bits on any thread count, at every instruction set the machine can run.
+
+Through the public op API (the path users take): outputs, final states, the input's and the
+initial states' gradients and the weight gradients (the opaque buffer's), every mode, uni- and
+bidirectional, two layers, with and without lengths, on 1 to 16 threads, at each instruction set
+the native engine can run here, forced (so an AVX-512 machine runs the AVX2 paths too). A child
+process then runs the same check as an AVX2-only machine would: the engine, MKL and oneDNN all
+limited to AVX2 by their environment variables. The backward's products are the engine's own
+(engine.c's ``cr_gemm``), checked here against float64 matmul and across threads and ISAs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudnn_rnn import ops
+from cudnn_rnn.engines import native
+
+LEVELS = native.level_names()
+ROOT = Path(__file__).resolve().parents[2]
+THREADS = (1, 2, 3, 4, 7, 16)
+CLASSES = {"lstm": ops.CudnnLSTM, "gru": ops.CudnnGRU, "rnn_tanh": ops.CudnnRNNTanh,
+           "rnn_relu": ops.CudnnRNNRelu}  # fmt: skip
+
+needs_engine = pytest.mark.skipif(not LEVELS, reason="the native engine is not built")
+
+
+def _one_call(mode: str, direction: str, lengths: bool) -> list[torch.Tensor]:
+    """Outputs and every gradient of one training call, sizes at which the time loops and the
+    backward's products both split their work over the threads."""
+    g = torch.Generator().manual_seed(11)
+    units, steps, batch, inputs = 96, 9, 8, 40
+    op = CLASSES[mode](2, units, inputs, direction=direction)
+    dirs = 2 if direction == "bidirectional" else 1
+    params = (torch.randn(op.params_size(), generator=g) / units**0.5).requires_grad_()
+    x = torch.randn(steps, batch, inputs, generator=g).requires_grad_()
+    h0 = torch.randn(2 * dirs, batch, units, generator=g).requires_grad_()
+    c0 = torch.randn(2 * dirs, batch, units, generator=g).requires_grad_()
+    seq = torch.tensor([9, 3, 7, 1, 9, 5, 2, 8]) if lengths else None
+    if mode == "lstm":
+        out = op(x, h0, c0, params, sequence_lengths=seq)
+        leaves = [x, h0, c0, params]
+    else:
+        out = op(x, h0, params, sequence_lengths=seq)
+        leaves = [x, h0, params]
+    weights = [torch.randn(o.shape, generator=g) for o in out]
+    loss = sum((o * w).sum() for o, w in zip(out, weights))
+    grads = torch.autograd.grad(loss, leaves)
+    return [o.detach() for o in out] + list(grads)
+
+
+def _same_on_every_thread_count(mode: str, direction: str, lengths: bool) -> None:
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = _one_call(mode, direction, lengths)
+        for n in THREADS[1:]:
+            torch.set_num_threads(n)
+            got = _one_call(mode, direction, lengths)
+            names = ["y", "h", "c", "dx", "dh0", "dc0", "dparams"]
+            if mode != "lstm":
+                names = ["y", "h", "dx", "dh0", "dparams"]
+            for name, a, b in zip(names, want, got):
+                assert torch.equal(a, b), (
+                    f"{name} differs on {n} threads from 1",
+                    native.describe(),
+                )
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_engine
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("mode", list(CLASSES))
+def test_one_call_gives_the_same_bits_on_1_to_16_threads(mode: str, level: str) -> None:
+    with native.use_level(level):
+        for direction in ("unidirectional", "bidirectional"):
+            for lengths in (False, True):
+                _same_on_every_thread_count(mode, direction, lengths)
+
+
+@needs_engine
+@pytest.mark.skipif("avx2" not in LEVELS, reason="the machine cannot run AVX2")
+def test_an_avx2_only_machine_gives_the_same_bits_on_every_thread_count() -> None:
+    """A child process set up as a machine without AVX-512: the engine at AVX2
+    (``CUDNN_RNN_NATIVE_ISA``), MKL and oneDNN limited to AVX2, every mode, both directions,
+    with and without lengths."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from cudnn_rnn.engines import native\n"
+        "import test_same_bits as t\n"
+        "assert native.describe().startswith('native (avx2,'), native.describe()\n"
+        "for mode in t.CLASSES:\n"
+        "    for direction in ('unidirectional', 'bidirectional'):\n"
+        "        for lengths in (False, True):\n"
+        "            t._same_on_every_thread_count(mode, direction, lengths)\n"
+        "print('same bits')\n"
+    )
+    env = {**os.environ, native.ISA_ENV: "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+           "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "same bits" in proc.stdout, proc.stderr[-3000:]
+
+
+@needs_engine
+def test_an_unknown_instruction_set_in_the_environment_is_refused() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "from cudnn_rnn.engines import native\n"
+        "print(native.available(), native._library().reason)\n"
+    )
+    env = {**os.environ, native.ISA_ENV: "neon"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("False CUDNN_RNN_NATIVE_ISA='neon' is not an instruction set")
+    assert "choose one of [" in proc.stdout
+
+
+# ---- the backward's products ----------------------------------------------------------------
+
+SHAPES = [  # m, n, k: one of each edge (ones, a k of 0, no columns, column tails, many chunks)
+    (1, 1, 1), (7, 5, 3), (13, 130, 1000), (200, 17, 0), (5, 0, 9), (97, 33, 513), (300, 64, 40),
+]  # fmt: skip
+
+
+@needs_engine
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(level: str) -> None:
+    """``c (+)= a @ b`` and ``c = a.T @ b`` with ``a``'s column sums: within float32 rounding
+    of float64 matmul, and the same bits on 1, 2, 3 and 5 threads; a slice of columns (rows
+    apart) reads and writes only its own elements."""
+    g = torch.Generator().manual_seed(4)
+    threads = torch.get_num_threads()
+    try:
+        with native.use_level(level):
+            for m, n, k in SHAPES:
+                for at in (False, True):
+                    for accumulate in (False, True):
+                        a = torch.randn((k, m) if at else (m, k), generator=g)
+                        b = torch.randn(k, n, generator=g)
+                        start = torch.randn(m, n, generator=g)
+                        want = (a.double().t() if at else a.double()) @ b.double()
+                        want += start.double() if accumulate else 0
+                        results = []
+                        for t in (1, 2, 3, 5):
+                            torch.set_num_threads(t)
+                            c = start.clone()
+                            sums = torch.full((m,), float("nan")) if at else None
+                            native._gemm(at, a, b, c, accumulate=accumulate, colsum=sums)
+                            results.append(c)
+                            if sums is not None:
+                                torch.testing.assert_close(
+                                    sums.double(), a.double().sum(0), atol=1e-5 * (k + 1), rtol=0
+                                )
+                        where = (m, n, k, at, accumulate)
+                        assert all(torch.equal(results[0], r) for r in results[1:]), where
+                        torch.testing.assert_close(
+                            results[0].double(), want, atol=1e-5 * (k + 1), rtol=1e-5
+                        )
+            a, b = torch.randn(50, 70, generator=g), torch.randn(50, 30, generator=g)
+            wide = torch.zeros(70, 45)
+            native._gemm(True, a[:, 10:60], b, wide[10:60, 5:35])
+            torch.testing.assert_close(wide[10:60, 5:35], a[:, 10:60].t() @ b)
+            wide[10:60, 5:35] = 0
+            assert not wide.any()  # nothing written outside the slice
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_engine
+@pytest.mark.skipif(not {"avx2", "avx512"} <= set(LEVELS), reason="needs AVX-512")
+def test_the_backward_products_give_avx2s_bits_at_avx512() -> None:
+    """Both contract to FMA and sum each element in one chain, so the two ISAs agree bitwise
+    (the x86-64 baseline has no FMA and may differ in the last place)."""
+    g = torch.Generator().manual_seed(5)
+    for m, n, k in SHAPES:
+        for at in (False, True):
+            a = torch.randn((k, m) if at else (m, k), generator=g)
+            b = torch.randn(k, n, generator=g)
+            got = []
+            for level in ("avx2", "avx512"):
+                c = torch.empty(m, n)
+                with native.use_level(level):
+                    native._gemm(at, a, b, c)
+                got.append(c)
+            assert torch.equal(*got), (m, n, k, at)
+
+
+@needs_engine
+def test_the_products_refuse_bad_arguments() -> None:
+    args = native._GemmArgs(at=0, m=2, n=2, k=2, lda=2, ldb=2, ldc=1)  # ldc below n
+    with pytest.raises(RuntimeError, match=r"cr_gemm refused its sizes or a missing pointer"):
+        native._call("cr_gemm", args)
+    a = torch.zeros(3, 4)
+    with pytest.raises(RuntimeError, match=r"the product's output c .* is not a CPU float32"):
+        native._gemm(False, a, torch.zeros(4, 5), torch.zeros(5, 3).t())
+    with pytest.raises(RuntimeError, match=r"b has shape \(4, 5\), expected"):
+        native._gemm(False, a, torch.zeros(4, 5), torch.zeros(3, 6))
