@@ -33,12 +33,21 @@ as Keras's own loader gives them).
 Limits set here on POSIX: no core file; an address space of what the imports took plus twice the
 file's size plus 1 GiB (the parent sizes it); an output file of at most what the parent accepts.
 The exit status is 0 whenever the document was written (a file h5py cannot open included).
+
+It bounds its own life, not trusting its parent to be there to stop it (a parent killed by
+SIGKILL, the OOM killer or a scheduler runs no cleanup, and a file that makes HDF5 loop keeps it
+busy in C, where no Python thread or signal handler of its own would run): first thing, before
+any import that takes time, it sets RLIMIT_CPU (the parent derives it from its time limit, with
+a margin: the kernel sends SIGXCPU at the soft limit, SIGKILL at the hard one), and on Linux it
+asks the kernel to kill it the moment its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``),
+then exits if the parent is no longer the process that started it (it died before the request).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
 from typing import Any
@@ -50,6 +59,9 @@ ATTRS = ("layer_names", "model_config", "weight_names", "keras_version")
 FLOAT_SIZES = (2, 4, 8)
 HEADER = 8
 ALIGN = 8
+#: Exit status of a reader process whose parent had already gone (nobody reads it).
+ORPHANED = 3
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _error(err: BaseException) -> str:
@@ -273,8 +285,35 @@ def _limit(request: dict[str, Any]) -> None:
     lower(resource.RLIMIT_AS, used + int(request["memory_headroom"]))
 
 
+def _bound_life(request: dict[str, Any]) -> None:
+    """Die with the parent, and after ``cpu_limit`` seconds of CPU time (see the module)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: the parent's time limit is all there is
+        return
+    # SIGXCPU at the soft limit, SIGKILL at the hard one a few seconds later (should SIGXCPU
+    # not end the process); never above a hard limit already set.
+    soft, hard = int(request["cpu_limit"]), int(request["cpu_limit"]) + 5
+    ceiling = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if ceiling != resource.RLIM_INFINITY:
+        soft, hard = min(soft, ceiling), min(hard, ceiling)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl to call: RLIMIT_CPU still holds
+            pass
+    # The parent may have died before the request above; then this process has a new one.
+    if os.getppid() != int(request["parent"]):
+        os._exit(ORPHANED)
+
+
 def main(argv: list[str]) -> int:
     request = json.loads(argv[-1])
+    _bound_life(request)
     import h5py  # noqa: F401  (imported before the memory limit is measured)
     import numpy  # noqa: F401
 

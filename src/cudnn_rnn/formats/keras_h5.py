@@ -86,8 +86,10 @@ dataset descriptions and the RNN weights' values, in native byte order (a big-en
 gives the values Keras's loader gives), under a time limit (``time_limit=``; by default
 ``TIME_LIMIT_BASE`` plus ``TIME_LIMIT_PER_MIB`` per MiB of the file) and, on POSIX, an address
 space limit; it sends plain data back (JSON and raw array bytes, checked here), and the layers are
-built from that. A loop, a crash or any h5py error there becomes a :class:`KerasH5Error` naming
-the file and saying what happened.
+built from that. The reader process never outlives its caller for long, even one killed without
+warning (SIGKILL, the OOM killer): it sets its own CPU time limit (twice the time limit and 10 s
+more) and, on Linux, the kernel kills it when its parent dies. A loop, a crash or any h5py
+error there becomes a :class:`KerasH5Error` naming the file and saying what happened.
 """
 
 from __future__ import annotations
@@ -419,6 +421,7 @@ TIME_LIMIT_BASE = 30.0
 TIME_LIMIT_PER_MIB = 0.1
 _MIB = 1 << 20
 _CHILD = "cudnn_rnn.formats._keras_h5_child"
+_CPU_SIGNAL = getattr(signal, "SIGXCPU", None)  # what RLIMIT_CPU sends first (POSIX)
 _HEADER = 8
 
 
@@ -529,9 +532,15 @@ def _read(path: str | os.PathLike[str], values: bool, time_limit: float | None) 
         "data": values,
         "output_limit": output_limit,
         "memory_headroom": 2 * size + 1024 * _MIB,
+        # The child's own bounds, for when this process is no longer there to stop it: CPU
+        # time (this process stops it at `limit` of wall-clock time first), and this pid.
+        "cpu_limit": _cpu_limit(limit),
+        "parent": os.getpid(),
     }
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errors:
         code = _run_child(request, out, errors, limit, label)
+        if _CPU_SIGNAL is not None and code == -_CPU_SIGNAL:  # out of CPU time before the clock
+            raise _too_slow(label, f"used more than {request['cpu_limit']} s of CPU time")
         if code != 0:
             errors.seek(max(0, os.fstat(errors.fileno()).st_size - 4096))
             raise _child_failure(code, errors.read().decode("utf-8", "replace"), label)
@@ -572,15 +581,27 @@ def _run_child(request: dict[str, Any], out: Any, err: Any, limit: float, label:
     try:
         return _wait(proc, limit)
     except subprocess.TimeoutExpired:
-        raise KerasH5Error(
-            f"{OWNER}: {label}: reading it took longer than {limit:.1f} s, so the reader process "
-            "was stopped (a corrupt HDF5 file can make HDF5 loop forever); if the file is sound "
-            "but slow to read, pass a larger time_limit."
-        ) from None
+        raise _too_slow(label, f"took longer than {limit:.1f} s") from None
     finally:
         if proc.poll() is None:  # the time limit, or an interrupt while waiting
             proc.kill()
             proc.wait()
+
+
+def _cpu_limit(limit: float) -> int:
+    """The reader process's RLIMIT_CPU, in whole seconds, for a time limit of ``limit`` s of
+    wall-clock time: twice that and 10 s more, so that this process, which stops it at
+    ``limit``, is always first while it runs (its threads may add up CPU time faster than the
+    clock); the limit only ends a reader process this one left behind."""
+    return math.ceil(2 * limit) + 10
+
+
+def _too_slow(label: str, how: str) -> KerasH5Error:
+    return KerasH5Error(
+        f"{OWNER}: {label}: reading it {how}, so the reader process was stopped (a corrupt "
+        "HDF5 file can make HDF5 loop forever); if the file is sound but slow to read, pass a "
+        "larger time_limit."
+    )
 
 
 def _wait(proc: subprocess.Popen[bytes], limit: float) -> int:
