@@ -37,7 +37,7 @@ def test_inspect_tf1_fixture(capsys: pytest.CaptureFixture[str]) -> None:
     assert "model/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel" in out
     assert "found 1 RNN(s), 1 computable by cuDNN's math (--model NAME):" in out
     assert (
-        "  model: lstm unidirectional (num_layers=2, num_units=3, input_size=2) "
+        "  'model': lstm unidirectional (num_layers=2, num_units=3, input_size=2) "
         "at model 0 of the checkpoint (scope 'model')"
     ) in out
 

@@ -72,7 +72,7 @@ def test_keras_nested_layers_are_listed_by_path_and_loaded(
     assert all(isinstance(f, FoundRNN) and f.format == "hdf5" for f in found)
     assert main(["inspect", str(KERAS2 / "nested_model.h5")]) == 0
     out = capsys.readouterr().out
-    assert f"found {len(found)} RNN(s)" in out and "encoder/core/gru: gru" in out
+    assert f"found {len(found)} RNN(s)" in out and "'encoder/core/gru': gru" in out
     dst = tmp_path / "gru.safetensors"
     assert (
         main(["convert", str(KERAS2 / "nested_model.h5"), str(dst), "--model", "encoder/core/gru"])
@@ -93,7 +93,7 @@ def test_a_record_is_computable_exactly_when_it_has_no_reasons() -> None:
     with pytest.raises(ValueError, match="another has at least one"):
         FoundRNN("x", "there", "onnx", None, computable=False)
     line = FoundRNN("x", "node 'x'", "onnx", None, computable=False, reasons=("a", "b")).describe()
-    assert line == "x: not a cuDNN mode at node 'x'; cuDNN's math does not compute it: a; b"
+    assert line == "'x': not a cuDNN mode at node 'x'; cuDNN's math does not compute it: a; b"
 
 
 class _Network(torch.nn.Module):

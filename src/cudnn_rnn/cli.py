@@ -4,8 +4,10 @@
 detects, for our safetensors checkpoints, TF1 checkpoints (``PREFIX`` or ``PREFIX.index``), ONNX
 models, torch state_dicts (``torch.save``) and Keras 2 ``.h5`` files (read only; ``--layer``
 picks one RNN layer), each told by its content. ``cudnn-rnn convert SRC DST`` moves one model
-between those formats; the destination's format follows its extension (``.safetensors``,
-``.onnx``, ``.pt``/``.pth``), anything else is written as a TF1 checkpoint prefix.
+between those formats; ``--format`` or DST's extension picks what is written, by the rule and
+the table of :func:`cudnn_rnn.convert.writer_for` (``.safetensors``, ``.onnx``, ``.pt``/``.pth``;
+no extension, ``.ckpt`` or ``.ckpt-STEP``: a TF1 checkpoint prefix); any other extension is
+refused before anything is read or written.
 ``cudnn-rnn bench MODEL`` times the one model of any of those files against the same weights in
 ``torch.nn`` and, where installed, onnxruntime, OpenVINO and Keras, and prints a table (see
 :mod:`cudnn_rnn.bench`).
@@ -15,8 +17,13 @@ every path that cannot be read or written (a name too long, a directory that can
 written, a symbolic link loop, a file where a directory should be, a full disk): the line names
 the path at fault, the output's when the output cannot be written.
 
-This module handles the arguments only: which reader takes a file, and how a model is read and
-written, is :mod:`cudnn_rnn.model_files`.
+What a file names (tensors, RNNs, layers, nodes) is printed quoted and escaped
+(:func:`cudnn_rnn.files.quote`), and every line printed, to stdout or stderr, is escaped
+(:func:`cudnn_rnn.files.escape`): a file cannot drive the terminal (escape sequences), forge a
+line (newlines) or reorder one (bidi controls).
+
+This module handles the arguments only: which reader takes a file, and how a model is read, is
+:mod:`cudnn_rnn.model_files`; what is written, :data:`cudnn_rnn.convert.WRITERS`.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ from collections.abc import Sequence
 
 import torch
 
-from cudnn_rnn import atomic, bench, files, model_files
-from cudnn_rnn.files import clip, first_line
+from cudnn_rnn import atomic, bench, convert, files, model_files
+from cudnn_rnn.files import clip, escape, first_line, quote
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.model_files import UsageError
 
@@ -46,25 +53,31 @@ class _OptionError(UsageError):
     """An option's value is wrong: its line names the option, not the source."""
 
 
+def _say(line: str) -> None:
+    """Print one line of output, escaped: nothing in it can drive the terminal or break it."""
+    print(escape(line))
+
+
 def _inspect(args: argparse.Namespace) -> None:
     shapes = model_files.tensor_shapes(args.path, model_files.reader_of(args.path))
     rnns = model_files.find_rnns(args.path, args.activation, **_keras_options(args))
-    print(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
-    width = max((len(n) for n in shapes), default=0)
+    _say(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
+    names = {name: quote(name, None) for name in shapes}
+    width = max(map(len, names.values()), default=0)
     for name, (shape, dtype) in sorted(shapes.items()):
-        print(f"  {name:<{width}}  {list(shape)!s:<14} {dtype}")
+        _say(f"  {names[name]:<{width}}  {list(shape)!s:<14} {dtype}")
     computable = sum(r.computable for r in rnns)
-    print(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
+    _say(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
     if not rnns:
         for line in _nothing_found(args.path, shapes):
-            print(f"  {line}")
+            _say(f"  {line}")
     for rnn in rnns:
-        print(f"  {rnn.describe()}")
+        _say(f"  {rnn.describe()}")
     skipped = model_files.unread_groups(args.path)
     if skipped:
-        print(f"names not understood as a model ({len(skipped)}):")
+        _say(f"names not understood as a model ({len(skipped)}):")
         for line in skipped[:20]:
-            print(f"  {line}")
+            _say(f"  {line}")
     if rnns and not computable:  # nothing in it can be converted: say why, as a failure
         raise model_files.UsageError(
             f"{args.path}: holds no RNN that cuDNN's math computes: "
@@ -103,15 +116,24 @@ def _convert(args: argparse.Namespace) -> None:
             f"{dst}: names a directory, not a file; give the output's file name (for example "
             f"{dst}model.safetensors)."
         )
+    try:  # before the source is read: a name that picks no format writes nothing
+        writer = convert.writer_for(dst, args.format, option="--format ")
+    except ValueError as err:
+        raise _OutputError(str(err)) from None
     layer = _load(args.src, args)
     try:
-        written = model_files.save_layer(layer, dst)
+        writer.write(layer, dst)
     except OSError as err:  # anything the writers meet on the way to dst
         raise _OutputError(f"{dst}: cannot write it: {atomic.write_problem(dst, err)}.") from err
-    print(
-        f"{args.src} -> {args.dst} ({written}): {type(layer).__name__} "
+    _say(
+        f"{args.src} -> {args.dst} ({writer.what}): {type(layer).__name__} "
         f"{layer.num_layers} layer(s), {layer.num_units} units, {layer.direction}"
     )
+
+
+def _written() -> str:
+    """What convert writes, for its help: each format's name and the names that pick it."""
+    return "; ".join(f"{w.name} ({w.shown()})" for w in convert.WRITERS.values())
 
 
 DESCRIPTION = (
@@ -140,12 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
     convert_cmd = sub.add_parser(
         "convert",
         help="convert one model between safetensors, TF1, ONNX, torch",
-        description="Convert one RNN of SRC (the only one, or --model NAME) to DST; DST's "
-        "extension picks the format (.safetensors, .onnx, .pt/.pth; anything else: a TF1 "
-        "checkpoint prefix).",
+        description="Convert one RNN of SRC (the only one, or --model NAME) to DST, in the "
+        f"format DST's extension picks (in any case): {_written()}. A TF1 checkpoint is "
+        "written as PREFIX.index and PREFIX.data-00000-of-00001. Any other extension is "
+        "refused (exit 2) before anything is read or written, unless --format says what to "
+        "write.",
     )
     convert_cmd.add_argument("src")
     convert_cmd.add_argument("dst")
+    convert_cmd.add_argument(
+        "--format",
+        choices=tuple(convert.WRITERS),
+        help="what to write, whatever DST's extension (one of another format is still refused)",
+    )
     bench_cmd = sub.add_parser(
         "bench",
         help="time a model against torch.nn, onnxruntime, OpenVINO and Keras",
@@ -214,11 +243,11 @@ def _bench(args: argparse.Namespace) -> None:
     batches = bench.random_batches(args.batch, layer.input_size, [args.steps])
     dtype = str(layer.dtype).removeprefix("torch.")
     proj = f", projection {layer.num_proj}" if layer.num_proj else ""
-    print(
+    _say(
         f"{args.path}: {type(layer).__name__}, {layer.num_layers} layer(s), {layer.num_units} "
         f"units{proj}, {layer.direction}, input size {layer.input_size}, {dtype}"
     )
-    print(
+    _say(
         f"input: T {args.steps}, B {args.batch} (seeded normal, time-major) on {args.device}; "
         f"our engine: {_engine(args.device)}"
     )
@@ -234,7 +263,8 @@ def _bench(args: argparse.Namespace) -> None:
         runtimes=peers,
         label=args.path,
     )
-    print("\n".join(bench.report(measured)))
+    for line in bench.report(measured):
+        _say(line)
 
 
 def _keras_options(args: argparse.Namespace) -> dict[str, object]:
@@ -253,7 +283,7 @@ def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
         args.activation,
         args.layer,
         model=args.model,
-        note=lambda text: print(f"note: {text}"),
+        note=lambda text: _say(f"note: {text}"),
         **_keras_options(args),
     )
 
@@ -345,11 +375,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def _fail(message: str, path: str | None = None) -> int:
-    """Print ``message`` as the one error line (naming ``path``) and return exit code 2."""
+    """Print ``message`` as the one error line (naming ``path``), escaped (a newline in it is
+    ``\\n``, never a line of its own), and return exit code 2."""
     message = message or "failed"
     if path is not None and path not in message:
         message = f"{path}: {message}"
-    print(f"cudnn-rnn: error: {message}".replace("\n", " "), file=sys.stderr)
+    print(f"cudnn-rnn: error: {escape(message)}", file=sys.stderr)
     return 2
 
 

@@ -18,17 +18,45 @@ onnx          from    lossless (ours and ``torch.onnx.export``'s models)
 
 >>> sorted(CONVERTERS)[:2]
 [('keras', 'from'), ('keras', 'to')]
+
+Files are written by :func:`to_file` in the formats of :data:`WRITERS`, the one table from which
+``cudnn-rnn convert`` takes its ``--format`` choices, its rule for names and its messages. A
+name's extension picks the format (in any case); a name with none is a TF1 checkpoint prefix, as
+is one ending in ``.ckpt`` or ``.ckpt-STEP`` (``model.ckpt-1000``, what TF's saver writes);
+any other extension is refused, naming what is written, unless ``format=`` chooses the format
+(only an extension of another format is then refused, so the name never lies):
+
+===========  =================  =======================  ================================
+format       extensions         what is written          how
+===========  =================  =======================  ================================
+safetensors  ``.safetensors``   our checkpoint           ``checkpoint.save``
+onnx         ``.onnx``          an ONNX model            :func:`to_onnx`
+torch        ``.pt``, ``.pth``  a torch state_dict       ``torch.save`` of :func:`to_torch`'s
+tf1          none, ``.ckpt``,   a TF1 checkpoint:        ``checkpoint.save(format="tf")``
+             ``.ckpt-STEP``     ``PREFIX.index``, ...
+===========  =================  =======================  ================================
+
+>>> writer_for("model.ckpt-1000").name, writer_for("out.PT").name
+('tf1', 'torch')
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from cudnn_rnn.files import quote
 
 __all__ = [
     "CONVERTERS",
+    "WRITERS",
     "Converter",
+    "Writer",
     "converter",
     "find_rnns",
     "from_keras",
@@ -36,9 +64,11 @@ __all__ = [
     "from_numpy_canonical",
     "from_onnx",
     "from_torch",
+    "to_file",
     "to_keras",
     "to_onnx",
     "to_torch",
+    "writer_for",
 ]
 
 
@@ -164,3 +194,103 @@ def find_rnns(path: Any, **options: Any) -> Any:
     from cudnn_rnn import model_files
 
     return model_files.find_rnns(str(path), **options)
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def _write_safetensors(layer: Any, path: str) -> None:
+    from cudnn_rnn import checkpoint
+
+    checkpoint.save(path, layer)
+
+
+def _write_tf1(layer: Any, path: str) -> None:
+    from cudnn_rnn import checkpoint
+
+    checkpoint.save(path, layer, format="tf")
+
+
+def _write_torch(layer: Any, path: str) -> None:
+    import torch
+
+    from cudnn_rnn import atomic
+
+    state = to_torch(layer).state_dict()
+    atomic.write_file(path, lambda f: torch.save(state, f))
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One format :func:`to_file` writes: its name (``format=``, ``--format``), what it is in
+    words, the extensions that pick it (``""``: a name with none) and its writer."""
+
+    name: str
+    what: str
+    extensions: tuple[str, ...]
+    write: Callable[[Any, str], None]
+
+    def shown(self) -> str:
+        """The names that pick it, in words."""
+        words = [e or "no extension" for e in self.extensions]
+        return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else words[0]
+
+
+#: Every format :func:`to_file` writes, by ``format=`` name; the first that lists a name's
+#: extension writes it (see the module).
+WRITERS: dict[str, Writer] = {
+    w.name: w
+    for w in (
+        Writer("safetensors", "safetensors", (".safetensors",), _write_safetensors),
+        Writer("onnx", "onnx", (".onnx",), lambda layer, path: to_onnx(layer, path)),
+        Writer("torch", "torch state_dict", (".pt", ".pth"), _write_torch),
+        Writer("tf1", "TF1 checkpoint", ("", ".ckpt", ".ckpt-STEP"), _write_tf1),
+    )
+}
+_STEP = re.compile(r"\.ckpt-[0-9]+")
+
+
+def _extension(path: str) -> str:
+    """The extension of the name's last part, in lower case; ``.ckpt-1000`` is ``.ckpt-STEP``."""
+    suffix = Path(path).suffix.lower()
+    return ".ckpt-STEP" if _STEP.fullmatch(suffix) else suffix
+
+
+def writer_for(
+    path: str | os.PathLike[str], format: str | None = None, *, option: str = "format="
+) -> Writer:
+    """The writer of ``path``: the one ``format`` names, else the one its extension picks (see
+    the module). Raises ``ValueError`` naming every format written, and ``option``, how the
+    caller chooses one (``"--format "`` for the command), for an unknown ``format``, a name of
+    no format without one, and a name of another format than the one given."""
+    name = os.fspath(path)
+    extension = _extension(name)
+    by_name = next((w for w in WRITERS.values() if extension in w.extensions), None)
+    ends = f"{quote(name)} ends in {quote(Path(name).suffix)}"
+    formats = ", ".join(WRITERS)
+    if format is None:
+        if by_name is None:
+            written = "; ".join(f"{w.shown()}: {w.what}" for w in WRITERS.values())
+            raise ValueError(
+                f"convert: {ends}, which names no format written ({written}); rename it, or "
+                f"choose the format with {option}NAME ({formats})."
+            )
+        return by_name
+    chosen = WRITERS.get(format)
+    if chosen is None:
+        raise ValueError(f"convert: {option}NAME takes {formats}, got {quote(format)}.")
+    if by_name is not None and extension and by_name is not chosen:
+        raise ValueError(
+            f"convert: {ends}, the extension of {by_name.what} files, but {option}{format} "
+            "was asked for; rename it."
+        )
+    return chosen
+
+
+def to_file(layer: Any, path: str | os.PathLike[str], format: str | None = None) -> Writer:
+    """Write ``layer`` to ``path`` in ``format`` (a name of :data:`WRITERS`), or the format
+    its extension picks (see the module); returns the writer used. A name that picks no format
+    is refused before anything is written (:func:`writer_for`)."""
+    writer = writer_for(path, format)
+    writer.write(layer, os.fspath(path))
+    return writer

@@ -78,6 +78,7 @@ __all__ = [
     "FormatError",
     "NotRegularFile",
     "clip",
+    "escape",
     "first_line",
     "listed",
     "open_regular",
@@ -132,21 +133,42 @@ def clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def quote(value: object) -> str:
-    """``repr(value)`` for a message, cut after 120 characters (a file may hold any string)."""
-    return clip(repr(value), _MAX_QUOTED + 3)
+def escape(text: str) -> str:
+    """``text`` with every character that does not print written as an escape, as Python writes
+    it in a string literal: control characters (``\\x1b``, ``\\n``, ``\\r``), Unicode format
+    characters (the bidi overrides: ``\\u202e``), line and paragraph separators, and the rest
+    ``str.isprintable`` refuses. What a file names can then neither drive the terminal (a
+    title, a cleared screen, colours), nor start a line of its own, nor reorder what follows.
+    Backslashes are left as they are, so escaping twice changes nothing.
+
+    >>> escape("a\\nb\\x1b[2J\\u202e")
+    'a\\\\nb\\\\x1b[2J\\\\u202e'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def quote(value: object, limit: int | None = _MAX_QUOTED) -> str:
+    """How every message and listing shows a name or value a file gave: ``repr(value)``
+    (quoted, backslashes and quotes escaped), what does not print escaped (:func:`escape`: a
+    string's ``repr`` already does it; an object's ``repr`` may not), cut after ``limit``
+    characters (None: whole)."""
+    text = escape(repr(value))
+    return text if limit is None else clip(text, limit + 3)
 
 
 def listed(items: Sequence[str], limit: int = 3) -> str:
-    """The first ``limit`` of ``items`` (each clipped), and how many more there are."""
+    """The first ``limit`` of ``items`` (each escaped and clipped), and how many more there are."""
     more = len(items) - limit
-    return ", ".join(clip(i) for i in items[:limit]) + (f" and {more} more" if more > 0 else "")
+    shown = ", ".join(clip(escape(i)) for i in items[:limit])
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of an error's message (its class name if it has none)."""
+    """The first line of an error's message, escaped (its class name if it has none)."""
     lines = str(err).strip().splitlines()
-    return lines[0].strip() if lines else type(err).__name__
+    return escape(lines[0].strip()) if lines else type(err).__name__
 
 
 _SPECIAL: tuple[tuple[Callable[[int], bool], str], ...] = (

@@ -606,7 +606,7 @@ def test_cli_inspect(capsys: pytest.CaptureFixture[str]) -> None:
     assert "keras_h5 file, 12 tensor(s)" in out
     assert "bidirectional/forward_cu_dnnlstm/bias:0" in out
     assert (
-        "  bidirectional_1: gru bidirectional (num_layers=1, num_units=2, input_size=6) at Keras "
+        "  'bidirectional_1': gru bidirectional (num_layers=1, num_units=2, input_size=6) at Keras "
         "layer 'bidirectional_1' (Bidirectional(CuDNNGRU))"
     ) in out
 
@@ -723,11 +723,11 @@ def test_cli_nested(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "encoder/lstm_1/lstm_cell/kernel:0" in out  # the weights, under the outer group
     assert "found 5 RNN(s), 5 computable by cuDNN's math" in out
     assert (
-        "  encoder/core/gru: gru unidirectional (num_layers=1, num_units=4, input_size=4) at "
+        "  'encoder/core/gru': gru unidirectional (num_layers=1, num_units=4, input_size=4) at "
         "Keras layer 'encoder/core/gru' (GRU)"
     ) in out
     assert (
-        "  head/simple_rnn: rnn_relu unidirectional (num_layers=1, num_units=2, input_size=4) at "
+        "  'head/simple_rnn': rnn_relu unidirectional (num_layers=1, num_units=2, input_size=4) at "
         "Keras layer 'head/simple_rnn' (SimpleRNN)"
     ) in out
     dst = tmp_path / "gru.pt"

@@ -800,7 +800,7 @@ def test_every_reason_is_listed() -> None:
     assert bomb.startswith("its W input 'W_huge' cannot be evaluated: ConstantOfShape node 'bomb'")
     assert "would make 2147483648 elements" in bomb and "refused before allocating" in bomb
     assert found["ok"].describe() == (
-        "ok: lstm unidirectional (num_layers=1, num_units=2, input_size=3) at LSTM node 'ok' of "
+        "'ok': lstm unidirectional (num_layers=1, num_units=2, input_size=3) at LSTM node 'ok' of "
         "the main graph"
     )
 

@@ -6,12 +6,18 @@ checkpoint's model index); ``where`` says it in words. ``computable`` is whether
 computes the RNN exactly; where it is not, ``reasons`` lists every reason (an activation cuDNN
 has not, a GRU with the reset gate before the product, ...), so a user sees at once what would
 have to change. Sizes are None where the file does not say them.
+
+What a file names reaches a terminal only escaped: :meth:`FoundRNN.describe` quotes the name
+(:func:`cudnn_rnn.files.quote`: ``'lstm_1'``, control and format characters as ``\\x1b``,
+``\\n``, ``\\u202e``), and escapes whatever else of the file ``where`` and ``reasons`` repeat.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from cudnn_rnn.files import escape, quote
 
 __all__ = ["FoundRNN"]
 
@@ -41,7 +47,8 @@ class FoundRNN:
             )
 
     def describe(self) -> str:
-        """One line: the name, the model, and why not when cuDNN cannot compute it."""
+        """One line: the name (quoted), the model, and why not when cuDNN cannot compute it;
+        nothing of the file in it can drive a terminal or start a line (see the module)."""
         sizes = ", ".join(
             f"{k}={v}"
             for k, v in (
@@ -53,11 +60,8 @@ class FoundRNN:
             if v is not None
         )
         what = " ".join(p for p in (self.mode or "not a cuDNN mode", self.direction or "") if p)
-        line = (
-            f"{self.name}: {what} ({sizes}) at {self.where}"
-            if sizes
-            else f"{self.name}: {what} at {self.where}"
-        )
+        line = f"{quote(self.name, None)}: {what}" + (f" ({sizes})" if sizes else "")
+        line += f" at {self.where}"
         if not self.computable:
             line += "; cuDNN's math does not compute it: " + "; ".join(self.reasons)
-        return line
+        return escape(line)

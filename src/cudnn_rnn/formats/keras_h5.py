@@ -336,7 +336,7 @@ def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
         out.append(
             FoundRNN(
                 name,
-                f"Keras layer {name!r} ({entry['keras_class']})",
+                f"Keras layer {name!r} ({files.escape(str(entry['keras_class']))})",
                 files.HDF5,
                 str(entry["rnn_mode"]),
                 num_layers=int(entry.get("num_layers", 1)),
@@ -490,8 +490,8 @@ class _File:
 
     def corrupt(self, failed: _Failed) -> KerasH5Error:
         return KerasH5Error(
-            f"{OWNER}: {self.label} is corrupt (HDF5 failed on {failed.error}); re-save the "
-            "model with Keras, or use an intact copy."
+            f"{OWNER}: {self.label} is corrupt (HDF5 failed on {files.escape(failed.error)}); "
+            "re-save the model with Keras, or use an intact copy."
         )
 
 
@@ -654,7 +654,8 @@ def _parse(blob: bytearray, label: str) -> _File:
         doc = json.loads(blob[_HEADER : _HEADER + length].decode("utf-8"))
         if "open_error" in doc:
             raise KerasH5Error(
-                f"{OWNER}: {label} is not a readable HDF5 file ({doc['open_error']})."
+                f"{OWNER}: {label} is not a readable HDF5 file "
+                f"({files.escape(str(doc['open_error']))})."
             )
         payload = memoryview(blob)[_HEADER + length :]
         raw_nodes = doc["nodes"]
@@ -670,7 +671,7 @@ def _parse(blob: bytearray, label: str) -> _File:
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:
         raise KerasH5Error(
             f"{OWNER}: {label}: the reader process sent a malformed result "
-            f"({type(err).__name__}: {_first_line(err)})."
+            f"({type(err).__name__}: {files.clip(files.first_line(err), 200)})."
         ) from err
 
 
@@ -719,11 +720,6 @@ def _link(raw: dict[str, Any], nodes: list[_Node]) -> _Link | _Failed | None:
     if raw["kind"] is None:
         return None
     return _Link(str(raw["kind"]), nodes[int(raw["node"])] if "node" in raw else None)
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0][:200] if lines else type(err).__name__
 
 
 def _text(value: Any, what: str, label: str) -> str:
@@ -1174,21 +1170,22 @@ def _plan(
     cls = entry.get("class_name")
     if not isinstance(cls, str) or not _is_rnn_class(cls, entry):
         return None
+    shown = f"{where} ({files.escape(cls)})"  # the file's class: any text with LSTM, GRU, RNN
     if leaf.twin:
         raise KerasH5Error(
-            f"{where} ({cls}): another layer inside {leaf.group!r} is also named {leaf.own!r}, "
+            f"{shown}: another layer inside {leaf.group!r} is also named {leaf.own!r}, "
             "and Keras names a nested layer's weights by its own name, so theirs cannot be told "
             "apart; rename one in Keras and save the model again."
         )
     if leaf.group not in names:
-        raise KerasH5Error(f"{where} ({cls}) has no weights in the file.")
+        raise KerasH5Error(f"{shown} has no weights in the file.")
     group = _group(h5, root, leaf.group)
     weights = _weight_names(h5, group, leaf.group)
     if leaf.scope:
         weights = _owned(leaf, weights)
         if not weights:
             raise KerasH5Error(
-                f"{where} ({cls}) has no weights in the file (no weight of {leaf.group!r} is "
+                f"{shown} has no weights in the file (no weight of {leaf.group!r} is "
                 f"named {leaf.own}/...)."
             )
     directions = _read_directions(h5, group, leaf.name, weights)
@@ -1345,7 +1342,7 @@ def _plan_from_config(
 ) -> _Plan | _Refused:
     cls = entry["class_name"]
     config = entry["config"]
-    shown = cls
+    shown = files.escape(cls)  # the file's class names are shown escaped
     problems: list[str] = []
     sides = [(cls, config, False, "")]
     if cls == _WRAPPER:
@@ -1359,7 +1356,7 @@ def _plan_from_config(
             for i in inner
         ):
             raise KerasH5Error(f"{where} (Bidirectional): its config has no inner layer.")
-        shown = f"{cls}({inner[0]['class_name']})"
+        shown = f"{cls}({files.escape(inner[0]['class_name'])})"
         if merge != "concat":
             problems.append(
                 f"merge_mode {merge!r} is not supported; cuDNN concatenates the two directions "
@@ -1419,7 +1416,7 @@ def _judge(
     ours), and every setting of it cuDNN cannot compute, each a sentence naming the setting."""
     if cls not in _CLASSES:
         return None, [
-            f"{cls} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
+            f"{files.escape(cls)} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
             "GRU(reset_after=True), SimpleRNN and Bidirectional wrappers of them are."
         ]
     problems = []

@@ -254,7 +254,7 @@ def _load_model(path: str | os.PathLike[str], owner: str) -> Any:
         model = onnx.load_model_from_string(data, format=fmt)
     except Exception as err:  # whatever the parser raises, these bytes are not a model
         raise OnnxFormatError(
-            f"{label} is not an ONNX model ({type(err).__name__}: {err})."
+            f"{label} is not an ONNX model ({type(err).__name__}: {files.escape(str(err))})."
         ) from err
     _load_external_data(onnx, model, os.path.dirname(os.path.abspath(name)), label)
     _check_model(onnx, model, label)
@@ -279,7 +279,9 @@ def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ..
         try:
             found[name] = (tuple(int(d) for d in dims), numpy_dtype(data_type).name)
         except KeyError as err:
-            raise OnnxFormatError(f"{path}: tensor {name!r} has no known dtype: {err}") from err
+            raise OnnxFormatError(
+                f"{path}: tensor {name!r} has no known dtype: {files.escape(str(err))}"
+            ) from err
 
     graphs = deque([model.graph])
     nodes = deque(n for f in model.functions for n in f.node)
@@ -326,7 +328,9 @@ def _check_model(onnx: Any, model: Any, label: str, *, shapes: bool = False) -> 
         if shapes:
             onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as err:  # ValidationError, InferenceError, or protobuf's size limits
-        raise OnnxFormatError(f"{label}: the model is not valid ONNX: {err}") from err
+        raise OnnxFormatError(
+            f"{label}: the model is not valid ONNX: {files.escape(str(err))}"
+        ) from err
 
 
 def _tensors(model: Any) -> list[Any]:
@@ -1147,7 +1151,11 @@ def _walk(model: Any, ev: _Evaluator, owner: str) -> list[_Site]:
         step = frame.steps[i]
         path, index_path = frame.path + step, frame.index_path + f"#{i}"
         named = step == _text(node.name)
-        short = f"{node.op_type} {node.name!r}" if named else f"{node.op_type} #{i}"
+        short = (
+            f"{files.escape(node.op_type)} {node.name!r}"
+            if named
+            else f"{files.escape(node.op_type)} #{i}"
+        )
         key = (node.domain, node.op_type)
         if key in functions:
             if key in frame.calls:
@@ -1522,7 +1530,9 @@ class _Scope:
             else:
                 node = scope.producer[name]
                 index = list(node.output).index(name)
-                parts.append(f"output {index} ({name!r}) of {node.op_type} node {node.name!r}")
+                parts.append(
+                    f"output {index} ({name!r}) of {files.escape(node.op_type)} node {node.name!r}"
+                )
         more = f" and {len(refs) - 4} more" if len(refs) > 4 else ""
         return (", ".join(parts) or "nothing") + more
 
@@ -1588,7 +1598,8 @@ class _Evaluator:
                 continue
             if state.get(key) == 1:  # reached again from its own inputs
                 raise _Unevaluable(
-                    self.owner, f"{node.op_type} node {node.name!r} is computed from itself"
+                    self.owner,
+                    f"{files.escape(node.op_type)} node {node.name!r} is computed from itself",
                 )
             if all(not o or (id(where), o) in self._values for o in node.output):
                 state[key] = 2
@@ -1615,13 +1626,13 @@ class _Evaluator:
                 value = np.asarray(self.onnx.numpy_helper.to_array(scope.inits[name]))
             except Exception as err:  # data that does not match its dims or dtype
                 raise _Unevaluable(
-                    self.owner, f"initializer {name!r} cannot be read: {err}"
+                    self.owner, f"initializer {name!r} cannot be read: {files.escape(str(err))}"
                 ) from err
             self._values[key] = value
         return self._values[key]
 
     def _run(self, scope: _Scope, node: Any) -> None:
-        label = f"{node.op_type} node {node.name!r}"
+        label = f"{files.escape(node.op_type)} node {node.name!r}"
         node = scope.resolved(node)
         if node.op_type not in _PLUMBING or not self.is_standard(node):
             raise _Unevaluable(
@@ -1633,7 +1644,9 @@ class _Evaluator:
         try:
             elements = self._elements(node, args)
         except (ValueError, TypeError, IndexError) as err:
-            raise _Unevaluable(self.owner, f"{label} has unusable inputs: {err}") from err
+            raise _Unevaluable(
+                self.owner, f"{label} has unusable inputs: {files.escape(str(err))}"
+            ) from err
         if elements > self._limit or elements > self._budget:
             raise _Unevaluable(
                 self.owner,
@@ -1655,7 +1668,9 @@ class _Evaluator:
             evaluator = importlib.import_module("onnx.reference").ReferenceEvaluator(sub)
             outputs = [np.asarray(v) for v in evaluator.run(None, feeds)]
         except Exception as err:  # the reference implementation refusing its inputs
-            raise _Unevaluable(self.owner, f"{label} cannot be evaluated: {err}") from err
+            raise _Unevaluable(
+                self.owner, f"{label} cannot be evaluated: {files.escape(str(err))}"
+            ) from err
         made = sum(v.size for v in outputs)
         if made > elements:  # the bound above is wrong for this op: a bug, not the file's fault
             raise RuntimeError(f"{self.owner}: {label} made {made} > {elements} elements.")

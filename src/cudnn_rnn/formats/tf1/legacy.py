@@ -29,7 +29,7 @@ from cudnn_rnn.checkpointable import Shape
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, RECURRENT_BIAS, layout_of
-from cudnn_rnn.files import Claims
+from cudnn_rnn.files import Claims, quote
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
 
@@ -155,7 +155,7 @@ def _object_path(
     if len(fitting) > 1:
         problems.append(
             f"{label}: the file holds several object-based LSTMs of its shape "
-            f"({', '.join(fitting)}); pass object_path= to pick one"
+            f"({', '.join(map(quote, fitting))}); pass object_path= to pick one"
         )
         return None
     return fitting[0] if fitting else None

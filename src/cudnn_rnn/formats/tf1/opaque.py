@@ -48,7 +48,7 @@ from torch import Tensor
 
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, layout_of
-from cudnn_rnn.files import Claims, FormatError
+from cudnn_rnn.files import Claims, FormatError, quote
 from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
 from cudnn_rnn.layers import _CudnnRNN
 from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
@@ -223,8 +223,8 @@ def _choose(
     if len(fits) > 1:
         problems.append(
             f"{t.label}: the file holds several opaque kernels that could be its own "
-            f"({', '.join(sorted(fits))}); pass opaque_name= to pick one, or opaque_name=False "
-            "to restore from the canonical tensors alone"
+            f"({', '.join(map(quote, sorted(fits)))}); pass opaque_name= to pick one, or "
+            "opaque_name=False to restore from the canonical tensors alone"
         )
         return None
     return fits[0] if fits else None
@@ -268,7 +268,9 @@ def _names_to_read(
     for t, name in chosen:
         shape, dtype = claims[name]
         if dtype not in _FLOATS or len(shape) != 1:
-            problems.append(f"{name} is {dtype} {list(shape)}, not a 1-D float16/32/64 buffer")
+            problems.append(
+                f"{quote(name)} is {dtype} {list(shape)}, not a 1-D float16/32/64 buffer"
+            )
             continue
         wanted.add(name)
         if kind is None or optimizer is None:
@@ -282,8 +284,11 @@ def _names_to_read(
         slots = [f"{name}/{s}" for s in _SLOTS[kind]]
         missing = [s for s in slots if s not in claims]
         bad = [s for s in slots if s in claims and claims[s] != (shape, dtype)]
-        problems += [f"missing optimizer slot {s!r} (TF's {kind} slot of {name})" for s in missing]
-        problems += [f"slot {s!r} is {claims[s]}, expected {(shape, dtype)}" for s in bad]
+        problems += [
+            f"missing optimizer slot {quote(s)} (TF's {kind} slot of {quote(name)})"
+            for s in missing
+        ]
+        problems += [f"slot {quote(s)} is {claims[s]}, expected {(shape, dtype)}" for s in bad]
         wanted.update(s for s in slots if s in claims)
     if kind == "Adam" and chosen:
         for which in ("beta1_power", "beta2_power"):
@@ -348,15 +353,17 @@ def _plan_one(
     spec = t.saveable.spec
     buffer = arrays[name]
     if spec.num_proj is not None:
-        problems.append(f"{name}: TF1 layers have no projection; restore num_proj models alone")
+        problems.append(
+            f"{quote(name)}: TF1 layers have no projection; restore num_proj models alone"
+        )
         return True
     dtypes = {
         str(canonical[n].dtype).removeprefix("torch.") for n in t.saveable.checkpoint_shapes()
     }
     if dtypes != {str(buffer.dtype)}:
         problems.append(
-            f"{name} is {buffer.dtype} but the canonical tensors are {', '.join(sorted(dtypes))}; "
-            "they cannot describe the same buffer"
+            f"{quote(name)} is {buffer.dtype} but the canonical tensors are "
+            f"{', '.join(sorted(dtypes))}; they cannot describe the same buffer"
         )
         return False
     weights, known, sums = _canonical_arrays(t.saveable, canonical, buffer.dtype)
@@ -368,9 +375,9 @@ def _plan_one(
         )
     except LayoutNotFound as err:
         problems.append(
-            f"{name}: no cuDNN layout of its {buffer.size} values fits the canonical tensors "
-            f"of {t.label} ({err}); pass opaque_name=False to restore from the canonical "
-            "tensors alone (each summed bias split in halves)"
+            f"{quote(name)}: no cuDNN layout of its {buffer.size} values fits the canonical "
+            f"tensors of {t.label} ({err}); pass opaque_name=False to restore from the "
+            "canonical tensors alone (each summed bias split in halves)"
         )
         return False
     out.found[name] = (layout.alignment, layout.unit, layout.padding)
@@ -460,8 +467,8 @@ def _state(
     if kind == "SGD":
         if not group["momentum"]:
             problems.append(
-                f"{name}/Momentum is a momentum accumulator; build SGD with momentum > 0 "
-                "(TF's momentum) and dampening=0"
+                f"{quote(name + '/Momentum')} is a momentum accumulator; build SGD with "
+                "momentum > 0 (TF's momentum) and dampening=0"
             )
             return None
         return {"momentum_buffer": slots[0]}
