@@ -362,34 +362,23 @@ def _load_external_data(onnx: Any, model: Any, folder: str, label: str) -> None:
     ranges: dict[str, list[tuple[int, int, str]]] = {}
     root = os.path.realpath(folder)
     for tensor in external:
-        where = f"{label}: tensor {tensor.name!r} keeps its data in"
+        where = f"{label}: tensor {files.quote(tensor.name)} keeps its data in"
         try:
             info = helper.ExternalDataInfo(tensor)
         except ValueError as err:
-            raise OnnxFormatError(f"{where} a file described wrongly: {err}") from err
-        location = info.location
-        target = os.path.realpath(os.path.join(root, location))
-        if (
-            not location
-            or os.path.isabs(location)
-            or ".." in location.replace("\\", "/").split("/")
-            or os.path.commonpath([root, target]) != root
-        ):
             raise OnnxFormatError(
-                f"{where} {location!r}, which is not a file in the model's folder {folder!r}."
-            )
-        try:
-            size = files.regular_size(target)
-        except files.NotRegularFile as err:
-            raise _not_regular(err, f"{where} {location!r}, which") from None
-        except OSError as err:
-            raise OnnxFormatError(f"{where} {location!r}, which cannot be read: {err}") from err
+                f"{where} a file described wrongly: {files.escape(str(err))}"
+            ) from err
+        location = info.location
+        target, size = _external_file(
+            root, folder, location, f"{where} {files.quote(location)}, which"
+        )
         offset = info.offset or 0
         length = size - offset if info.length is None else info.length
         if offset + length > size or length < 0:
             raise OnnxFormatError(
-                f"{where} {location!r} at bytes [{offset}, {offset + length}), but that file "
-                f"has {size} bytes."
+                f"{where} {files.quote(location)} at bytes [{offset}, {offset + length}), but "
+                f"that file has {size} bytes."
             )
         ranges.setdefault(target, []).append((offset, offset + length, tensor.name))
     for target, spans in ranges.items():
@@ -406,8 +395,35 @@ def _load_external_data(onnx: Any, model: Any, folder: str, label: str) -> None:
             helper.load_external_data_for_tensor(tensor, folder)
         except Exception as err:  # onnx's own checks of the location
             raise OnnxFormatError(
-                f"{label}: the external data of tensor {tensor.name!r} cannot be read: {err}"
+                f"{label}: the external data of tensor {tensor.name!r} cannot be read: "
+                f"{files.escape(str(err))}"
             ) from err
+
+
+def _external_file(root: str, folder: str, location: str, which: str) -> tuple[str, int]:
+    """The real path and size of the external data file ``location`` names: a regular file
+    inside the model's ``folder`` (``root``: its real path). Anything else is an
+    OnnxFormatError whose message starts with ``which`` ("... keeps its data in 'w.bin',
+    which"): no name, a NUL in it, an absolute path, ``..``, a link out of the folder, a folder,
+    a FIFO or a device, a link loop, a name too long, a file that cannot be looked at."""
+    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        raise OnnxFormatError(f"{which} is not a file in the model's folder {folder!r}.")
+    if "\0" in location:  # the operating system takes no such name (Python: ValueError)
+        raise OnnxFormatError(f"{which} holds a NUL character, so it names no file.")
+    try:
+        target = os.path.realpath(os.path.join(root, location))
+        inside = os.path.commonpath([root, target]) == root
+    except (OSError, ValueError) as err:  # a name the system refuses
+        raise OnnxFormatError(f"{which} names no file ({files.escape(str(err))}).") from err
+    if not inside:
+        raise OnnxFormatError(f"{which} is not a file in the model's folder {folder!r}.")
+    try:
+        return target, files.regular_size(target)
+    except files.NotRegularFile as err:
+        raise _not_regular(err, which) from None
+    except OSError as err:  # missing, a link loop (ELOOP), a name too long, no permission
+        reason = err.strerror or files.escape(str(err))
+        raise OnnxFormatError(f"{which} cannot be read: {reason}.") from err
 
 
 def _source_model(onnx: Any, source: Any, owner: str) -> Any:
