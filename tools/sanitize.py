@@ -5,8 +5,8 @@ with ``-fsanitize=address,undefined -fno-sanitize-recover=all`` into ``build/san
 runs pytest on the native engine's tests in a child process that preloads the ASan runtime
 (Python itself is not instrumented) and loads that build instead of the package's
 (``CUDNN_RNN_NATIVE_LIBRARY``). Any report (an out-of-bounds access, a use after free, undefined
-behaviour such as a signed overflow or a misaligned load) aborts the run with the sanitizer's
-message: the exit status is pytest's, or the sanitizer's abort.
+behaviour such as a signed overflow or a misaligned load) ends the run with the sanitizer's
+message and the exit status :data:`EXIT_CODE`; any other status is pytest's.
 
 ``--quick`` runs the subset that CI runs on every ``make test``
 (tests/engines/test_sanitize.py): the oracle grid at the vector instruction sets, strided
@@ -30,6 +30,10 @@ FLAGS = [
     "-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-omit-frame-pointer",
     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
 ]  # fmt: skip
+
+#: The exit status of a process a sanitizer stopped: what says "a sanitizer reported", whatever
+#: its report's wording (which differs between versions and machines).
+EXIT_CODE = 86
 
 #: Every test of the native engine (``make sanitize``).
 FULL = [
@@ -98,8 +102,10 @@ def environment(cc: str, library: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["LD_PRELOAD"] = runtime(cc, "libasan.so")
     # Python and torch keep memory to the end; torch mixes allocators: neither is our bug.
-    env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=1:alloc_dealloc_mismatch=0"
-    env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    env["ASAN_OPTIONS"] = (
+        f"detect_leaks=0:halt_on_error=1:exitcode={EXIT_CODE}:alloc_dealloc_mismatch=0"
+    )
+    env["UBSAN_OPTIONS"] = f"halt_on_error=1:print_stacktrace=1:exitcode={EXIT_CODE}"
     env["CUDNN_RNN_NATIVE_LIBRARY"] = str(library)
     env.pop("CUDNN_RNN_NATIVE", None)
     return env
@@ -119,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
     cmd += ["-p", "tests.support.sanitized", *args.pytest_args]
     print(f"sanitize: {library.relative_to(ROOT)} under ASan + UBSan: {' '.join(cmd[3:])}")
-    return subprocess.run(cmd, cwd=ROOT, env=environment(cc, library), check=False).returncode
+    code = subprocess.run(cmd, cwd=ROOT, env=environment(cc, library), check=False).returncode
+    if code == EXIT_CODE:
+        print(f"sanitize: a sanitizer reported an error (exit status {code})", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

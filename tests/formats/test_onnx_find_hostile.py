@@ -18,6 +18,7 @@ from cudnn_rnn.formats.onnx import OnnxFormatError, find_rnns, from_onnx
 from tests.formats.test_onnx_find import LOCAL, X_INPUT, model_of, tagger_file, value, weights
 from tests.support.capped import run_capped
 from tests.support.helpers import damaged
+from tests.support.timing import HANG, cpu_seconds
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper
@@ -113,14 +114,14 @@ def test_bombs_at_any_depth_are_reasons_not_allocations(tmp_path: Path) -> None:
         """
     body = f"""
         for path in sorted(Path({str(tmp_path)!r}).glob("*.onnx")):
-            start = time.perf_counter()
+            start = time.process_time()
             found = {{r.name: list(r.reasons) for r in find_rnns(path)}}
             try:
                 from_onnx(path, node={nodes!r}[path.stem])
                 outcome = "accepted"
             except OnnxFormatError as err:
                 outcome = str(err)
-            print(json.dumps([path.stem, found, outcome, time.perf_counter() - start]))
+            print(json.dumps([path.stem, found, outcome, time.process_time() - start]))
         """
     done = run_capped(imports, body)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -128,7 +129,7 @@ def test_bombs_at_any_depth_are_reasons_not_allocations(tmp_path: Path) -> None:
     assert set(results) == set(BOMBS)
     for name, (found, outcome, seconds) in results.items():
         node = nodes[name]
-        assert seconds < 2.0, (name, seconds)
+        assert seconds < HANG, (name, seconds)  # CPU seconds: a bomb evaluated takes minutes
         if name == "bomb_between_layers":  # both layers computable, not one stack
             assert found == {"first": [], "second": []}, found
             assert outcome == "accepted"
@@ -187,10 +188,9 @@ def test_a_long_chain_of_plumbing() -> None:
     loop = helper.make_node("Loop", ["n", "", "X"], ["Y"], "loop", body=body)
     n = helper.make_tensor_value_info("n", onnx.TensorProto.INT64, [])
     model = model_of([loop], [X_INPUT, n], ["Y"], [w, r, b])
-    start = time.perf_counter()
-    (found,) = find_rnns(model)
+    cpu, (found,) = cpu_seconds(lambda: find_rnns(model))
     assert found.name == "loop/body/lstm" and found.computable, found
-    assert time.perf_counter() - start < 30
+    assert cpu < HANG
 
 
 def test_corrupt_whole_network_files(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_corrupt_whole_network_files(tmp_path: Path) -> None:
     good = path.read_bytes()
     rng = np.random.default_rng(0)
     outcomes = {"refused": 0, "listed": 0, "loaded": 0}
-    start = time.perf_counter()
+    start = time.process_time()
     for case in range(120):
         bad = tmp_path / f"bad{case}.onnx"
         bad.write_bytes(damaged(good, case, rng))
@@ -221,7 +221,7 @@ def test_corrupt_whole_network_files(tmp_path: Path) -> None:
             with torch.no_grad(), np.errstate(all="ignore"):
                 layer(torch.zeros(2, 1, layer.input_size))
     assert outcomes["refused"] > 30 and outcomes["loaded"] > 10, outcomes
-    assert time.perf_counter() - start < 60
+    assert time.process_time() - start < HANG
 
 
 def test_names_that_are_not_utf8(tmp_path: Path) -> None:

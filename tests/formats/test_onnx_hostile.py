@@ -20,6 +20,7 @@ from tests.formats.test_onnx import our_model, rnn_nodes
 from tests.formats.test_torch_nn import random_layer
 from tests.support.capped import run_capped
 from tests.support.helpers import damaged
+from tests.support.timing import HANG
 
 onnx = pytest.importorskip("onnx")
 helper = onnx.helper
@@ -84,12 +85,12 @@ def test_allocation_bombs_are_refused_before_allocating(tmp_path: Path) -> None:
         """
     body = f"""
         for path in sorted(Path({str(tmp_path)!r}).glob("*.onnx")):
-            start = time.perf_counter()
+            start = time.process_time()
             try:
                 from_onnx(path)
                 print(path.stem, "accepted")
             except OnnxFormatError as err:
-                print(path.stem, "OnnxFormatError", round(time.perf_counter() - start, 3), err)
+                print(path.stem, "OnnxFormatError", round(time.process_time() - start, 3), err)
             except BaseException as err:
                 print(path.stem, type(err).__name__, err)
         """
@@ -99,7 +100,7 @@ def test_allocation_bombs_are_refused_before_allocating(tmp_path: Path) -> None:
     for line in lines:
         name, outcome, *rest = line.split(" ", 3)
         assert outcome == "OnnxFormatError", line
-        assert float(rest[0]) < 1.0, line
+        assert float(rest[0]) < HANG, line  # CPU seconds: a bomb evaluated takes minutes
         assert "would make" in rest[1] and "refused before allocating" in rest[1], line
 
 
@@ -213,14 +214,14 @@ def test_corrupt_and_truncated_files(tmp_path: Path) -> None:
     for case in range(100):
         bad = tmp_path / f"bad{case}.onnx"
         bad.write_bytes(damaged(good, case, rng))
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             back = from_onnx(bad)
         except OnnxFormatError:
             outcomes["refused"] += 1
             continue
         finally:
-            reading += time.perf_counter() - start
+            reading += time.process_time() - start
         outcomes["read"] += 1
         model = onnx.load(str(bad))
         feeds = {model.graph.input[0].name: x.numpy()}
@@ -244,25 +245,41 @@ def test_corrupt_and_truncated_files(tmp_path: Path) -> None:
                 np.sort(a, axis=None), np.sort(b, axis=None), rtol=1e-4, atol=1e-5
             )
     assert outcomes["refused"] > 50 and outcomes["cannot run"] <= 2, outcomes
-    assert reading < 3.0
+    assert reading < HANG  # CPU seconds for the 100 reads (about 1 s)
 
 
 # -- files that are not regular files ------------------------------------------------------------
 
 
-def unblock_after(path: Path, seconds: float) -> threading.Timer:
-    """A regression that opens a FIFO waits for a writer: be that writer after ``seconds``
-    (the read then ends, late), so that the test fails instead of hanging."""
+class Unblocker:
+    """A regression that opens a FIFO waits for a writer: from ``seconds`` on, be that writer
+    (the read then ends, late) and say so in ``unblocked``, so that the test fails instead of
+    hanging, and by what happened rather than by how long it took."""
 
-    def write() -> None:
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:  # nobody is reading it: nothing to unblock
-            pass
+    def __init__(self, path: Path, seconds: float) -> None:
+        self.unblocked = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, args=(path, seconds), daemon=True)
+        self._thread.start()
 
-    timer = threading.Timer(seconds, write)
-    timer.start()
-    return timer
+    def _write(self, path: Path, seconds: float) -> None:
+        self._stop.wait(seconds)
+        while not self._stop.is_set():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # nobody is reading it: nothing to unblock (yet)
+                self._stop.wait(0.1)
+                continue
+            self.unblocked = True
+            return
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def unblock_after(path: Path, seconds: float) -> Unblocker:
+    return Unblocker(path, seconds)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -276,7 +293,6 @@ def test_non_regular_files_are_refused_before_opening(kind: str, tmp_path: Path)
     else:
         path = Path(os.devnull)
     timer = unblock_after(path, 5.0) if kind == "fifo" else None
-    start = time.perf_counter()
     try:
         with pytest.raises(
             OnnxFormatError, match=r"is (a folder|not a regular file); only regular files"
@@ -285,7 +301,7 @@ def test_non_regular_files_are_refused_before_opening(kind: str, tmp_path: Path)
     finally:
         if timer is not None:
             timer.cancel()
-    assert time.perf_counter() - start < 2.0
+    assert timer is None or not timer.unblocked, "the FIFO was opened"
 
 
 def test_cli_reads_shapes_through_the_checked_loader(tmp_path: Path) -> None:
@@ -302,6 +318,7 @@ def test_cli_reads_shapes_through_the_checked_loader(tmp_path: Path) -> None:
             model_files.tensor_shapes(str(tmp_path / "f.onnx"), "onnx")
     finally:
         timer.cancel()
+    assert not timer.unblocked, "the FIFO was opened"
     (tmp_path / "t.onnx").write_bytes((tmp_path / "g.onnx").read_bytes()[:100])
     with pytest.raises(OnnxFormatError, match=r"is not an ONNX model \(DecodeError"):
         model_files.tensor_shapes(str(tmp_path / "t.onnx"), "onnx")
@@ -364,13 +381,12 @@ def test_hostile_external_data(
     edit(model, tmp_path)
     onnx.save_model(model, str(path))
     timer = unblock_after(tmp_path / "pipe", 5.0)
-    start = time.perf_counter()
     try:
         with pytest.raises(OnnxFormatError, match=message):
             load_model(path)
     finally:
         timer.cancel()
-    assert time.perf_counter() - start < 2.0
+    assert not timer.unblocked, "the FIFO was opened"
 
 
 def test_a_loaded_model_with_external_data_is_refused(tmp_path: Path) -> None:
@@ -439,7 +455,7 @@ def test_a_file_over_2_gib_is_refused_from_its_size(tmp_path: Path) -> None:
     to_onnx(random_layer("gru", 1, "unidirectional", dtype=torch.float32), path)
     os.truncate(path, 2_600_000_000)
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         with pytest.raises(
             OnnxFormatError,
@@ -449,5 +465,6 @@ def test_a_file_over_2_gib_is_refused_from_its_size(tmp_path: Path) -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 1.0
+    # CPU time: about 0.01 s; reading the 2.6 GB takes seconds of it (3.6 s seen, in the kernel).
+    assert time.process_time() - start < 1.0
     assert peak < 1 << 20, peak

@@ -784,7 +784,7 @@ def test_index_without_its_footer_magic_is_refused_before_its_bulk_is_read(tmp_p
     prefix, _ = small_bundle(tmp_path)
     with open(prefix + ".index", "r+b") as f:
         f.truncate(2_600_000_000)  # zeros after the table: the magic is no longer last
-    start = time.perf_counter()
+    start = time.process_time()
     tracemalloc.start()
     try:
         with pytest.raises(TF1BundleError, match=r"bad magic number 0x0000000000000000 \(expe"):
@@ -795,7 +795,8 @@ def test_index_without_its_footer_magic_is_refused_before_its_bulk_is_read(tmp_p
     layer = CudnnGRU(1, 2, input_size=2)
     with pytest.raises(checkpoint.CheckpointError, match=r"small.ckpt.index: bad magic"):
         checkpoint.restore(prefix, layer)
-    assert time.perf_counter() - start < 1.0
+    # CPU time: about 0.02 s; reading the 2.6 GB takes seconds of it (3.6 s seen, in the kernel).
+    assert time.process_time() - start < 1.0
     assert peak < 1 << 20, peak
 
 
