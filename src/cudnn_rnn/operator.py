@@ -31,6 +31,26 @@ Bernoulli(1 - p) in float32 of shape ``[T, B, D*Hout]``, scaled by ``1 / (1 - p)
 seed gives the same masks eagerly and compiled, and the global RNG is never touched. The
 ``cudnn`` engine seeds cuDNN's own dropout with that same per-call seed instead (its masks differ
 from these). Reading the counter is a host read of a 0-d tensor, on the device it lives on.
+
+Double backward: a backward that runs in grad mode (``torch.autograd.grad(...,
+create_graph=True)``, ``backward(create_graph=True)``, ``torch.func.grad`` inside another
+gradient transform) must give a differentiable gradient, which no engine's backward does. It then
+runs the forward again in torch operators, on any device: the ``loop`` engine's time loop
+without its workspace (:mod:`cudnn_rnn.engines.loop`), on the saved inputs and the saved dropout
+masks, and takes its vector-Jacobian product with autograd (``create_graph=True``); the gradient
+of that gradient is autograd's through those operators (gradient penalties, Hessian-vector
+products, ``gradgradcheck``). Its cost: a second forward plus autograd through ``T`` steps of
+small operators, about 3 to 5 times the engine's backward on the CPU, and the graph it keeps for
+the next derivative (every step's gates, per layer and direction). Its first-order values
+equal the engine's to rounding. A backward without grad mode is unchanged: the engine's, the same
+bits. ``torch.func.grad`` runs every backward in grad mode; where nothing around it can take a
+higher derivative (no enclosing gradient transform, no autograd outside it), the engine's
+backward runs, as without grad mode. Where a differentiable gradient cannot be made, the
+gradient's values still come, behind a node that raises a RuntimeError saying why and how to fix
+it if they are differentiated (never a silent zero): cuDNN's dropout (its masks are its own), and
+``torch.autograd.grad(create_graph=True)`` inside a ``torch.func`` transform differentiated by
+that same transform. Compiled code (``torch.compile``'s AOTAutograd) has no double backward:
+torch raises its own error there.
 """
 
 from __future__ import annotations
@@ -53,6 +73,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines import loop
 from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Outputs, Saved
 
 __all__ = ["GOLDEN", "EagerPlan", "planned_call", "rnn"]
@@ -497,9 +518,8 @@ def _save(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
     ctx.traced = inputs[-1]
     ctx.has_c = c0 is not None
     ctx.save_for_backward(params, x, h0, c0, lengths, masks, y, hy, cy, workspace, *reserve)
-    ctx.mark_non_differentiable(masks, workspace, *reserve)
-    if c0 is None:
-        ctx.mark_non_differentiable(cy)
+    # One call: each replaces what the last one marked.
+    ctx.mark_non_differentiable(masks, workspace, *reserve, *(() if ctx.has_c else (cy,)))
     # No zero gradients for what the caller did not use: the workspace and reserve are large.
     ctx.set_materialize_grads(False)
 
@@ -514,6 +534,15 @@ def _grads(
         dhy = torch.zeros_like(hy)
     if dcy is None or not ctx.has_c:
         dcy = torch.zeros_like(cy)
+    # In grad mode (create_graph=True, torch.func) the gradient must be differentiable itself
+    # (an empty batch's is zero, a constant: the engines' answer is exact).
+    read = (params, x, h0, c0, dy, dhy, dcy)
+    anchor = _tracked(read) if torch.is_grad_enabled() and int(x.shape[1]) > 0 else None
+    refusal = None
+    if anchor is not None:
+        refusal = _refusal(ctx, masks, read)
+        if refusal is None:
+            return _differentiable_grads(ctx, (params, x, h0, c0), lengths, masks, (dy, dhy, dcy))
     # A second backward through this node (retain_graph, gradcheck): engines whose backward
     # writes into what they kept make it again. The node knows; the saved tensors do not (each
     # backward unpacks them as new tensor objects).
@@ -522,7 +551,6 @@ def _grads(
     # The input's gradient is a product as large as a weight gradient's: made only when asked
     # for (dx is then zeros, which autograd drops).
     need_dx = bool(ctx.needs_input_grad[1])
-    # Once differentiable: the gradient of the gradient is not defined (as with cuDNN's RNN).
     with torch.no_grad():
         if _direct(params, x, h0, c0, y, dy, dhy, dcy, *reserve):
             with _no_autocast(x.device):
@@ -535,7 +563,112 @@ def _grads(
                 params, x, h0, c0, lengths, masks, y, hy, cy, workspace, reserve,
                 dy, dhy, dcy, *ctx.static, ctx.dropout, ctx.traced, again, need_dx,
             )  # fmt: skip
-    return dparams, dx, dh0, (dc0 if ctx.has_c else None)
+    grads = dparams, dx, dh0, (dc0 if ctx.has_c else None)
+    if anchor is None or refusal is None:
+        return grads
+    return _undifferentiable(grads, anchor, refusal)
+
+
+# -- double backward ------------------------------------------------------------------------------
+
+
+def _tracked(tensors: tuple[Tensor | None, ...]) -> Tensor | None:
+    """A tensor of ``tensors`` that carries a gradient (None if none does)."""
+    return next((t for t in tensors if t is not None and t.requires_grad), None)
+
+
+def _beyond_this_transform(t: Tensor) -> bool:
+    """Whether ``t`` carries a gradient for a ``torch.func`` transform enclosing the current
+    one, or for autograd outside them all: whether a higher derivative can be taken of what a
+    backward inside the current transform makes of it."""
+    func = torch._C._functorch
+    level = func.maybe_current_level()
+    while func.is_functorch_wrapped_tensor(t):
+        if func.is_gradtrackingtensor(t) and func.maybe_get_level(t) != level and t.requires_grad:
+            return True
+        t = func.get_unwrapped(t)
+    return bool(t.requires_grad)
+
+
+def _refusal(ctx: Any, masks: Tensor, read: tuple[Tensor | None, ...]) -> str | None:
+    """Why the gradient of a backward in grad mode is not made differentiable (None: it is).
+
+    ``torch.func``'s gradient transforms run every backward in grad mode; the gradient is made
+    differentiable only where an enclosing transform (or autograd outside them) can
+    differentiate it, so that a plain ``torch.func.grad`` keeps the fast backward. The engines
+    that draw their own dropout masks (cuDNN's) keep none that torch operators can apply.
+    """
+    if torch._C._are_functorch_transforms_active() and not any(
+        t is not None and _beyond_this_transform(t) for t in read
+    ):
+        return (
+            "cudnn_rnn::rnn: a gradient taken with torch.autograd.grad(create_graph=True) "
+            "inside a torch.func transform cannot be differentiated again by that same "
+            "transform: the operator makes its gradient differentiable only for an enclosing "
+            "torch.func transform or for autograd outside them. Expected the inner gradient "
+            "from torch.func (grad, vjp); to fix it, take it with torch.func.grad or "
+            "torch.func.vjp instead of torch.autograd.grad."
+        )
+    if ctx.dropout > 0 and int(ctx.static[1]) > 1 and masks.dim() != 4:
+        return (
+            "cudnn_rnn::rnn: the gradient of a training call with dropout on the CUDA engine "
+            "(cuDNN) cannot be differentiated again (double backward: gradient penalties, "
+            "higher derivatives): cuDNN draws its own dropout masks, which no other computation "
+            f"reproduces. Expected dropout 0 for a double backward, got {ctx.dropout}. To fix "
+            "it, train with dropout=0 or in eval mode, run the call with cuDNN disabled "
+            "(torch.backends.cudnn.flags(enabled=False)) or on the CPU: the operator then draws "
+            "the masks itself and keeps them for the double backward."
+        )
+    return None
+
+
+def _undifferentiable(
+    grads: tuple[Tensor | None, ...], anchor: Tensor, message: str
+) -> tuple[Tensor | None, ...]:
+    """``grads`` as they are, behind a node that raises ``message`` when they are differentiated
+    (torch's ``once_differentiable`` node; ``anchor``, a tensor that carries a gradient, makes
+    it exist): a first-order gradient taken in grad mode works, a second one never silently
+    becomes zero."""
+    err: Any = torch._C._functions.DelayedError(message.encode(), len(grads) + 1)
+    return tuple(err(*grads, anchor)[:-1])
+
+
+def _differentiable_grads(
+    ctx: Any,
+    given: tuple[Tensor, Tensor, Tensor, Tensor | None],
+    lengths: Tensor | None,
+    masks: Tensor,
+    grads: tuple[Tensor, Tensor, Tensor],
+) -> tuple[Tensor | None, ...]:
+    """The vector-Jacobian product of the call with ``grads`` (of ``y, h_n, c_n``) for its
+    inputs ``given`` (``params, x, h0, c0``), itself differentiable: the forward again in torch
+    operators (the ``loop`` engine's time loop without its workspace) on the saved inputs and
+    dropout masks, differentiated by autograd with ``create_graph=True``."""
+    params, x, h0, c0 = given
+    wrt = {
+        i: t for i, t in enumerate(given)
+        if t is not None and t.requires_grad and ctx.needs_input_grad[i]
+    }  # fmt: skip
+    layout = _layout(tuple(ctx.static))
+    # Constants of the call (an empty 1-D tensor: no dropout masks).
+    drawn = masks.detach() if masks.dim() == 4 else None
+    cpu_lengths = _check_lengths(lengths, int(x.shape[0]))
+    with torch.enable_grad(), _no_autocast(x.device):
+        y, hy, cy, _ = loop.forward(
+            layout, *_inputs(params, x, h0, c0, cpu_lengths, drawn), keep=False
+        )
+    # The outputs that depend on what is differentiated, with their gradients (no c_n: none).
+    pairs = [(o, g) for o, g in zip((y, hy, cy), grads) if o is not None and o.requires_grad]
+    got: tuple[Tensor | None, ...] = (None,) * len(wrt)
+    if wrt and pairs:
+        outs, outs_grads = zip(*pairs)
+        got = torch.autograd.grad(
+            outs, list(wrt.values()), outs_grads, create_graph=True, allow_unused=True
+        )
+    result: list[Tensor | None] = [None] * 4
+    for i, g in zip(wrt, got):
+        result[i] = g
+    return tuple(result)
 
 
 def _op_backward(ctx: Any, dy: Any, dhy: Any, dcy: Any, *_: Any) -> tuple[Any, ...]:

@@ -13,6 +13,10 @@ direction's own time order, ``hseq`` holding the state after each step.
 Variable lengths: each direction runs over its sequence in its own time order (the backward
 direction over the input reversed within each length); past a length the state is kept and
 the output is 0, so gradients pass through those steps unchanged.
+
+Without a workspace (``keep=False``) the forward writes into no buffer: every value is a torch
+operator's result, so autograd differentiates it as often as asked. The operator runs it so for a
+double backward (:mod:`cudnn_rnn.operator`).
 """
 
 from __future__ import annotations
@@ -46,12 +50,14 @@ def forward(
     c0: Tensor | None,
     lengths: Tensor | None,
     masks: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
-    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)``."""
+    keep: bool = True,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """The stack over time-major ``x``; returns ``(y, h_n, c_n, workspace)``, the workspace
+    None without ``keep`` (then nothing is written into a buffer: see the module docstring)."""
     spec = layout.spec
     steps, batch = int(x.shape[0]), int(x.shape[1])
-    ws = x.new_empty(workspace_numel(spec, steps, batch))
-    saved, inputs = split_workspace(ws, spec, steps, batch)
+    ws = x.new_empty(workspace_numel(spec, steps, batch)) if keep else None
+    saved, inputs = split_workspace(ws, spec, steps, batch) if ws is not None else (None, None)
     weights = pseudo_layers(layout, params)
     active = active_steps(lengths, steps, x.device)
     hs, cs = [], []
@@ -60,14 +66,16 @@ def forward(
         if layer > 0:
             if masks is not None:
                 layer_input = layer_input * masks[layer - 1]
-            inputs[layer - 1].copy_(layer_input)
+            if inputs is not None:
+                inputs[layer - 1].copy_(layer_input)
         outs = []
         for d in range(spec.num_dirs):
             p = layer * spec.num_dirs + d
             u = layer_input if d == 0 else reverse_within(layer_input, lengths)
             out, h_n, c_n = _direction(
-                spec, weights[p], u, h0[p], None if c0 is None else c0[p], active, saved[p]
-            )
+                spec, weights[p], u, h0[p], None if c0 is None else c0[p], active,
+                None if saved is None else saved[p],
+            )  # fmt: skip
             outs.append(out if d == 0 else reverse_within(out, lengths))
             hs.append(h_n)
             if c_n is not None:
@@ -83,17 +91,16 @@ def _direction(
     h: Tensor,
     c: Tensor | None,
     active: Tensor | None,
-    saved: list[Tensor],
+    saved: list[Tensor] | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """One direction of one layer in its own time order; fills ``saved``."""
+    """One direction of one layer in its own time order; fills ``saved`` where given."""
     mode, units = spec.mode, spec.num_units
-    steps, batch = int(u.shape[0]), int(u.shape[1])
-    gates, hseq = saved[0], saved[1]
+    steps = int(u.shape[0])
     gi = _input_projection(spec, wt, u)
     if mode != CUDNN_GRU:
         gi = gi + wt.br  # LSTM and RNN sum the two biases; the GRU's bR_h sits inside r * (...)
     rt = wt.r.t()
-    out = u.new_empty(steps, batch, spec.output_units)
+    out = []
     for t in range(steps):
         if mode == CUDNN_GRU:
             gh = torch.addmm(wt.br, h, rt)
@@ -103,10 +110,11 @@ def _direction(
             z = torch.sigmoid(ui + uh)
             n = torch.tanh(torch.addcmul(ni, r, nh))
             h_new = torch.lerp(n, h, z)  # (1 - z) * n + z * h
-            gates[t, :, :units] = r
-            gates[t, :, units : 2 * units] = z
-            gates[t, :, 2 * units :] = n
-            saved[2][t] = nh
+            if saved is not None:
+                saved[0][t, :, :units] = r
+                saved[0][t, :, units : 2 * units] = z
+                saved[0][t, :, 2 * units :] = n
+                saved[2][t] = nh
         elif mode == CUDNN_LSTM:
             assert c is not None
             a = torch.addmm(gi[t], h, rt)
@@ -117,24 +125,28 @@ def _direction(
             h_new = o * torch.tanh(c_new)
             if wt.proj is not None:
                 h_new = h_new @ wt.proj.t()
-            gates[t] = s
-            gates[t, :, 2 * units : 3 * units] = g
             if active is not None:
                 c_new = torch.where(active[t], c_new, c)
-            saved[2][t] = c_new
+            if saved is not None:
+                saved[0][t] = s
+                saved[0][t, :, 2 * units : 3 * units] = g
+                saved[2][t] = c_new
             c = c_new
         else:
             a = torch.addmm(gi[t], h, rt)
             h_new = torch.relu(a) if mode == CUDNN_RNN_RELU else torch.tanh(a)
-            gates[t] = h_new
+            if saved is not None:
+                saved[0][t] = h_new
         if active is None:
             h = h_new
-            out[t] = h_new
+            out.append(h_new)
         else:
             h = torch.where(active[t], h_new, h)
-            out[t] = torch.where(active[t], h_new, 0.0)
-        hseq[t] = h
-    return out, h, c
+            out.append(torch.where(active[t], h_new, 0.0))
+        if saved is not None:
+            saved[1][t] = h
+    y = torch.stack(out) if out else u.new_empty(0, int(u.shape[1]), spec.output_units)
+    return y, h, c
 
 
 def _input_projection(spec: RNNSpec, wt: Weights, u: Tensor) -> Tensor:
