@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import bench, checkpoint, cli, convert, files, model_files
+from cudnn_rnn import bench, checkpoint, cli, convert, files, model_files, pickles
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, torch_file
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
@@ -56,6 +56,13 @@ def _runtime_refusal(tmp_path: Path) -> None:
         peer.ready()
     finally:
         peer.close()
+
+
+def _claiming_zip(tmp_path: Path) -> str:
+    """An empty zip archive whose end record claims one entry."""
+    path = tmp_path / "claims.zip"
+    path.write_bytes(b"PK\x05\x06" + bytes(4) + b"\x01\x00\x01\x00" + bytes(10))
+    return str(path)
 
 
 def _opaque_refusal() -> None:
@@ -106,6 +113,17 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         files.FileTooLarge,
         ValueError,
         lambda t: files.open_regular(_junk(t, "x.bin"), max_size=10),
+    ),
+    "FileAccessError": (
+        files.FileAccessError,
+        OSError,
+        lambda t: files.open_regular(t / "missing.pt"),
+    ),
+    "ZipError": (files.ZipError, ValueError, lambda t: files.sniff(_claiming_zip(t))),
+    "PickleError": (
+        pickles.PickleError,
+        ValueError,
+        lambda t: pickles.check(b"\x80\x02]r\x00\x00\x00\x04."),  # a memo of 2**26
     ),
     "TorchFileError": (
         torch_file.TorchFileError,

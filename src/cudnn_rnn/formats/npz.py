@@ -1,11 +1,12 @@
 """NumPy ``.npz`` archives (``np.savez``, ``np.savez_compressed``): checked reading, and the
 documented way in for NumPy arrays, canonical weights.
 
-An archive is a zip of ``NAME.npy`` members. :func:`open_npz` checks every member's entry and
-``.npy`` header against the file before anything is read: the entry's bytes lie inside the file
-(stored, or deflated with a size deflate can reach from them), its header is a version 1 or 2
-header that NumPy's own parser accepts (at most 10000 bytes), and the header plus the claimed
-shape's bytes are exactly the member's size. Listing (:meth:`NpzFile.claims`) reads headers
+An archive is a zip of ``NAME.npy`` members, read by the one zip reader
+(:func:`cudnn_rnn.files.open_zip`: every entry checked against the file before anything is
+inflated, each member inflated to exactly its size and checked against its CRC). :func:`open_npz`
+then checks every member's ``.npy`` header: a version 1 or 2 header that NumPy's own parser
+accepts (at most 10000 bytes, read from the member's first bytes only), and the header plus the
+claimed shape's bytes are exactly the member's size. Listing (:meth:`NpzFile.claims`) reads headers
 only; :meth:`NpzFile.read` reads the arrays asked for from their checked bytes (never a pickle:
 object arrays are refused), each into a contiguous native-endian array.
 
@@ -20,7 +21,7 @@ Two kinds of ``.npz`` describe an RNN:
   takes the model's configuration from the caller and checks every array against it.
 
 Errors are :class:`~cudnn_rnn.formats.torch_state.TorchFileError` (a ``ValueError``) naming the
-file.
+file, or :class:`~cudnn_rnn.files.ZipError` for an archive the zip reader refuses.
 
 >>> import os, tempfile, numpy as np, torch
 >>> from cudnn_rnn import CudnnGRU, ops
@@ -37,9 +38,9 @@ True
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,27 +49,26 @@ import numpy as np
 import torch
 from numpy.lib import format as npy_format
 
+from cudnn_rnn import files
 from cudnn_rnn.core.constants import CUDNN_INPUT_LINEAR_MODE, CUDNN_RNN_UNIDIRECTION
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.files import clip, first_line, listed, quote
 from cudnn_rnn.formats.canonical import layer_from_canonical
-from cudnn_rnn.formats.torch_state import TorchFileError, open_zip
+from cudnn_rnn.formats.torch_state import TorchFileError
 from cudnn_rnn.layers import _CudnnRNN
 
 __all__ = ["NpzFile", "from_numpy_canonical", "open_npz"]
 
 _MAX_HEADER = 10_000
+_HEAD = 12 + _MAX_HEADER  # magic, version and header length, then the header
 _MAX_DIMS = 64
-#: deflate turns at most 1032 bytes into one of its output (a run of 258 from 2 bits); a larger
-#: claim cannot be true of a deflated member's bytes.
-_DEFLATE_RATIO = 1032
 _TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
 class _Member:
-    info: zipfile.ZipInfo
+    entry: files.ZipEntry
     start: int  # where the data begins in the member (after the .npy header)
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -78,7 +78,7 @@ class _Member:
 class NpzFile:
     """An open ``.npz`` archive whose members' entries and headers were checked."""
 
-    def __init__(self, path: str, archive: zipfile.ZipFile, members: dict[str, _Member]) -> None:
+    def __init__(self, path: str, archive: files.ZipArchive, members: dict[str, _Member]) -> None:
         self.path = path
         self._zip = archive
         self._members = members
@@ -97,16 +97,7 @@ class NpzFile:
                     f"{self.path}: array {quote(name)} has dtype {m.dtype.name}, not a number; "
                     "it is not read."
                 )
-            try:
-                with self._zip.open(m.info) as member:
-                    raw = member.read(m.info.file_size + 1)
-            except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
-                raise TorchFileError(
-                    f"{self.path}: array {quote(name)} cannot be read ({type(err).__name__}: "
-                    f"{clip(first_line(err))}); the archive is corrupt."
-                ) from err
-            if len(raw) != m.info.file_size:
-                raise TorchFileError(f"{self.path}: array {quote(name)} is not the size it claims.")
+            raw = self._zip.read(m.entry)  # exactly its size, its CRC checked
             flat = np.frombuffer(raw, dtype=m.dtype, offset=m.start)
             array = flat.reshape(m.shape, order="F" if m.fortran else "C")
             out[name] = np.array(array, dtype=m.dtype.newbyteorder("="), order="C")  # a copy
@@ -119,61 +110,47 @@ def open_npz(path: str | os.PathLike[str]) -> Iterator[NpzFile]:
     (:class:`~cudnn_rnn.formats.torch_state.TorchFileError` otherwise); closed when the block
     ends. Only a regular file is opened."""
     name = os.fspath(path)
-    with open_zip(name, "an .npz archive is what np.savez writes") as (archive, size):
+    with files.open_zip(name, ".npz archive (np.savez)") as archive:
         members = {}
-        for info in archive.infolist():
-            if not info.filename.endswith(".npy"):
+        for entry in archive.entries:
+            if not entry.name.endswith(".npy"):
                 raise TorchFileError(
-                    f"{name}: member {quote(info.filename)} is no .npy array; not an .npz "
+                    f"{name}: member {quote(entry.name)} is no .npy array; not an .npz "
                     "archive as np.savez writes it."
                 )
-            members[info.filename.removesuffix(".npy")] = _checked(name, archive, info, size)
+            members[entry.name.removesuffix(".npy")] = _checked(name, archive, entry)
         yield NpzFile(name, archive, members)
 
 
-def _checked(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> _Member:
-    """One member's entry and .npy header, checked against the file."""
+def _checked(path: str, archive: files.ZipArchive, entry: files.ZipEntry) -> _Member:
+    """One member's .npy header, read from its first bytes and checked against its size."""
 
     def bad(why: str) -> TorchFileError:
-        return TorchFileError(f"{path}: member {quote(info.filename)} {why}.")
+        return TorchFileError(f"{path}: member {quote(entry.name)} {why}.")
 
-    stored = info.compress_type == zipfile.ZIP_STORED
-    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise bad(f"uses compression {info.compress_type}; np.savez stores or deflates")
-    if info.header_offset + info.compress_size > size or (
-        info.file_size != info.compress_size
-        if stored
-        else info.file_size > _DEFLATE_RATIO * info.compress_size + 1024
-    ):
-        raise bad(
-            f"claims {info.file_size} bytes ({info.compress_size} in the file from offset "
-            f"{info.header_offset}), which a file of {size} bytes cannot hold"
-        )
+    member = io.BytesIO(archive.head(entry, _HEAD))
     try:
-        with archive.open(info) as member:
-            version = npy_format.read_magic(member)
-            if version == (1, 0):
-                shape, fortran, dtype = npy_format.read_array_header_1_0(member, _MAX_HEADER)
-            elif version == (2, 0):
-                shape, fortran, dtype = npy_format.read_array_header_2_0(member, _MAX_HEADER)
-            else:
-                raise bad(
-                    f"is .npy version {version[0]}.{version[1]}; versions 1.0 and 2.0 are read"
-                )
-            start = member.tell()
+        version = npy_format.read_magic(member)
+        if version == (1, 0):
+            shape, fortran, dtype = npy_format.read_array_header_1_0(member, _MAX_HEADER)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy_format.read_array_header_2_0(member, _MAX_HEADER)
+        else:
+            raise bad(f"is .npy version {version[0]}.{version[1]}; versions 1.0 and 2.0 are read")
+        start = member.tell()
     except TorchFileError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
+    except (OSError, EOFError, ValueError, RuntimeError) as err:
         raise bad(f"has no readable .npy header ({clip(first_line(err))})") from err
     if len(shape) > _MAX_DIMS or any(type(d) is not int or d < 0 for d in shape):
         raise bad(f"has shape {quote(shape)}")
     nbytes = math.prod(shape) * dtype.itemsize
-    if start + nbytes != info.file_size:
+    if start + nbytes != entry.size:
         raise bad(
             f"of shape {list(shape)} and dtype {dtype.name} needs {start + nbytes} bytes, but "
-            f"holds {info.file_size}"
+            f"holds {entry.size}"
         )
-    return _Member(info, start, tuple(shape), dtype, bool(fortran))
+    return _Member(entry, start, tuple(shape), dtype, bool(fortran))
 
 
 # -- canonical weights ----------------------------------------------------------------------

@@ -10,9 +10,10 @@ a group), and :func:`read_group` reads the tensors of one, checked, for
 =============  ==============================================================================
 kind           how it is read
 =============  ==============================================================================
-torch_zip,     ``torch.load(weights_only=True)`` (never arbitrary objects), on the CPU; a dict
-torch_pickle   of tensors, nested dicts included (``{"model": state_dict, "epoch": 3}`` holds
-               ``model.encoder.rnn``); other values are left out
+torch_zip,     ``torch.load(weights_only=True)`` (never arbitrary objects), on the CPU, of what
+torch_pickle   was checked first (below); a dict of tensors, nested dicts included
+               (``{"model": state_dict, "epoch": 3}`` holds ``model.encoder.rnn``); other
+               values are left out
 torchscript    :mod:`cudnn_rnn.formats.torchscript`: the module tree's tensors and attributes,
                without running the archive's code (``nn.RNN``'s recorded nonlinearity is used)
 safetensors    the header, checked against the file as
@@ -26,15 +27,29 @@ Content of no known kind goes to the reader its name's extension asks for (``.sa
 ``.npz``, else ``torch.load``), whose error says what is wrong. Listing reads no tensor data
 except for torch.save files, which ``torch.load`` reads whole.
 
+``torch.load`` reads nothing unchecked. A torch.save archive is first checked by the one zip
+reader (:func:`cudnn_rnn.files.zip_archive`: entry count, sizes, ratios, overlaps, zip64; torch's
+own reader checks none of it and allocates what an entry declares), and its ``data.pkl`` is
+walked by the bounded pickle reader (:func:`cudnn_rnn.pickles.check`); a legacy file's leading
+pickles are walked the same way. ``torch.load`` then reads the same open file through
+:func:`cudnn_rnn.files.pinned`, which serves the checked parts (the central directory, the end
+records, ``data.pkl`` and its local header; the legacy pickles) from the bytes that were checked:
+a file changed or swapped after the check cannot give torch another directory or pickle, and no
+path is opened twice. (Rebuilding a checked copy would hold the weights twice in memory; handing
+torch the path again would read whatever the path names by then.)
+
 :func:`read_state` and :func:`module_of_state` are the strict reading of a file holding exactly
 one module's state_dict at the top level (what ``cudnn-rnn convert`` reads). Everything raises
 :class:`TorchFileError` (or, for a broken safetensors header,
-:class:`~cudnn_rnn.formats.safetensors.CheckpointError`) naming the file and what to do.
+:class:`~cudnn_rnn.formats.safetensors.CheckpointError`; for a zip archive the zip reader refuses,
+:class:`~cudnn_rnn.files.ZipError`; for a path that cannot be opened,
+:class:`~cudnn_rnn.errors.FileAccessError`) naming the file and what to do.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import re
@@ -42,13 +57,13 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
-from cudnn_rnn import files
+from cudnn_rnn import files, pickles
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.files import clip, first_line, listed
+from cudnn_rnn.files import clip, first_line, listed, quote
 from cudnn_rnn.formats import npz, torchscript
 from cudnn_rnn.formats import safetensors as st
 from cudnn_rnn.formats.found import FoundRNN
@@ -82,9 +97,10 @@ _MANGLE = re.compile(r"___torch_mangle_\d+\.")
 _GATES_MODE = {4: "lstm", 3: "gru", 1: "rnn_tanh"}
 
 
-def read_state(path: str) -> dict[str, torch.Tensor]:
+def read_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """The state_dict in the torch file ``path`` (zip or legacy pickle), names to tensors, on the
     CPU. Only a regular file is opened (:class:`cudnn_rnn.files.NotRegularFile`)."""
+    path = os.fspath(path)
     state = _torch_load(path)
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
@@ -94,13 +110,24 @@ def read_state(path: str) -> dict[str, torch.Tensor]:
 
 
 def _torch_load(path: str) -> Any:
-    """What ``torch.load(weights_only=True)`` makes of ``path``, on the CPU."""
-    with files.open_regular(path) as f, warnings.catch_warnings():
+    """What ``torch.load(weights_only=True)`` makes of ``path``, on the CPU, once checked (see
+    the module)."""
+    with files.open_regular(path) as f:
+        if files.read_at(f, 0, 4) == b"PK\x03\x04":
+            checked = _checked_zip(path, f)
+        else:
+            checked = _checked_legacy(path, f)
+        return _load_checked(path, checked)
+
+
+def _load_checked(path: str, checked: io.RawIOBase) -> Any:
+    with warnings.catch_warnings():
         # A corrupt file can make torch's unpickler warn on its way to refusing it; the CLI's
         # answer is the one line below, not the warning.
         warnings.simplefilter("ignore")
         try:
-            state = torch.load(f, map_location="cpu", weights_only=True)
+            # torch reads any object with read/readinto/seek/tell (it needs no fileno)
+            state = torch.load(cast(IO[bytes], checked), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as err:
             raise TorchFileError(
                 f"{path}: torch.load(weights_only=True) refuses it: it holds objects other than "
@@ -112,6 +139,70 @@ def _torch_load(path: str) -> Any:
                 f"{clip(first_line(err))}); save it with torch.save(module.state_dict(), path)."
             ) from err
     return state
+
+
+#: A legacy torch.save file's leading pickles: magic number, protocol, system info, the object,
+#: its storages' keys (the storages' bytes follow).
+_LEGACY_PICKLES = 5
+_LEGACY_FIRST_READ = 1 << 20
+
+
+def _checked_zip(path: str, f: io.BufferedReader) -> io.RawIOBase:
+    """The torch.save archive in ``f``, checked (zip reader, then its ``data.pkl``), as
+    ``torch.load`` is to read it."""
+    archive = files.zip_archive(f, "torch file (zip archive)")
+    first = archive.entries[0].name if archive.entries else ""
+    # torch reads the records in the folder of the archive's first member
+    entry = archive.get(f"{first.split('/', 1)[0]}/data.pkl") if "/" in first else None
+    if entry is None:
+        raise TorchFileError(
+            f"{path}: no data.pkl in the folder of its first member {quote(first)}; not a "
+            "torch.save archive. Save it with torch.save(module.state_dict(), path)."
+        )
+    if entry.size > pickles.MAX_PICKLE_BYTES:
+        raise TorchFileError(
+            f"{path}: member {quote(entry.name)} claims {entry.size} bytes once inflated; at "
+            f"most {pickles.MAX_PICKLE_BYTES} are read."
+        )
+    data = archive.read(entry, pin=True)
+    try:
+        pickles.check(data, what=entry.name)
+    except pickles.PickleError as err:
+        raise _refused(path, err, entry.name) from err
+    return archive.view()
+
+
+def _checked_legacy(path: str, f: io.BufferedReader) -> io.RawIOBase:
+    """The legacy torch.save file in ``f``, its leading pickles checked (read from its start,
+    at most 64 MiB), as ``torch.load`` is to read it."""
+    size = files.size_of(f)
+    most = min(size, pickles.MAX_PICKLE_BYTES)
+    want = min(most, _LEGACY_FIRST_READ)
+    while True:
+        head = files.read_at(f, 0, want)
+        try:
+            end = pickles.check(head, what="its pickles", count=_LEGACY_PICKLES)
+        except pickles.PickleError as err:
+            if err.short and want < most:
+                want = min(most, 4 * want)
+                continue
+            raise _refused(path, err, "its pickles", cut=err.short and most < size) from err
+        return files.pinned(f, size, [(0, head[:end])])
+
+
+def _refused(
+    path: str, err: pickles.PickleError, what: str, *, cut: bool = False
+) -> TorchFileError:
+    why = (
+        f"run past the first {pickles.MAX_PICKLE_BYTES >> 20} MiB, which is all that is read"
+        if cut
+        else f"at byte {err.offset}: {err.problem}"
+    )
+    return TorchFileError(
+        f"{path}: torch.load(weights_only=True) refuses it: {what} {why} (checked before any of "
+        "it is unpickled); the file is corrupt, made to exhaust its reader, or not a torch.save "
+        "file. Save it with torch.save(module.state_dict(), path)."
+    )
 
 
 def module_of_state(

@@ -33,11 +33,8 @@ package's core: no torch, no file.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from cudnn_rnn import files
@@ -103,22 +100,6 @@ _ACTIVATIONS = ("tanh", "relu")
 
 #: name -> (shape, dtype name), as a header, an archive's pickle or a loaded state_dict says.
 Shapes = Mapping[str, tuple[tuple[int, ...], str]]
-
-
-@contextlib.contextmanager
-def open_zip(path: str, what: str) -> Iterator[tuple[zipfile.ZipFile, int]]:
-    """The zip archive at ``path`` (a regular file only) and the file's size; a file that is
-    no readable zip is a :class:`TorchFileError` saying that ``what`` is what was expected
-    (e.g. "an .npz archive is what np.savez writes")."""
-    with files.open_regular(path) as f:
-        try:
-            archive = zipfile.ZipFile(f)
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
-            raise TorchFileError(
-                f"{path}: not a readable zip archive ({clip(first_line(err))}); {what}."
-            ) from err
-        with archive:
-            yield archive, os.fstat(f.fileno()).st_size
 
 
 def torch_name(layer: int, direction: int, kind: str, *, cell: bool = False) -> str:

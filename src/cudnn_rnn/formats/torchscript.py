@@ -9,10 +9,14 @@ are ``torch._utils._rebuild_tensor_v2`` calls on storages named by persistent id
 ``constants.pkl``. ``torch.jit.load`` compiles and may run that code; this reader never does, and
 never uses ``pickle``'s own lookup of classes:
 
+* The archive is read by the one zip reader (:func:`cudnn_rnn.files.open_zip`: its central
+  directory checked before anything is inflated, every member inflated to exactly its size).
 * Only ``data.pkl`` is unpickled (a module's attributes are all there; constants.pkl holds the
-  code's constants, not read). Its opcodes are first checked against a list of data-only ones
-  (no ``INST``/``OBJ``, extension registry, out-of-band buffers or text persistent ids), then it
-  is unpickled with a ``find_class`` that knows a closed table: ``__torch__.*`` classes become
+  code's constants, not read), by the one bounded pickle reader (:class:`cudnn_rnn.pickles.
+  Unpickler`): its opcodes are first walked, bounded (memo indices, opcodes, nesting, lengths)
+  and checked against a list of data-only ones (no ``INST``/``OBJ``, extension registry,
+  out-of-band buffers or text persistent ids), then it is unpickled with a ``find_class`` that
+  knows a closed table: ``__torch__.*`` classes become
   inert attribute holders (no code of theirs exists here), the storage types become dtype markers,
   and ``_rebuild_tensor_v2``, ``collections.OrderedDict``, ``torch.device`` and
   ``torch.jit._pickle``'s list builders and type tags become small functions of this module
@@ -45,14 +49,10 @@ A module's plain attributes (str, int, float, bool, None) are kept: ``nn.RNN`` r
 from __future__ import annotations
 
 import contextlib
-import io
 import math
 import os
-import pickle
-import pickletools
 import re
 import sys
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -60,8 +60,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from cudnn_rnn import files, pickles
 from cudnn_rnn.files import clip, first_line, quote
-from cudnn_rnn.formats.torch_state import TorchFileError, open_zip
+from cudnn_rnn.formats.torch_state import TorchFileError
 
 __all__ = [
     "MAX_CODE_BYTES",
@@ -74,7 +75,7 @@ __all__ = [
 ]
 
 #: The largest ``data.pkl`` read (uncompressed); a module tree's pickle is a few KiB a module.
-MAX_PICKLE_BYTES = 64 << 20
+MAX_PICKLE_BYTES = pickles.MAX_PICKLE_BYTES
 #: The largest code file read (as text) for a class constant.
 MAX_CODE_BYTES = 16 << 20
 #: The deepest module nesting walked.
@@ -289,11 +290,14 @@ _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    """``data.pkl``'s unpickler: every global comes from the closed table above."""
+class _Unpickler(pickles.Unpickler):
+    """``data.pkl``'s unpickler: walked and bounded first (its opcodes from the list above), and
+    every global from the closed table above."""
 
-    def __init__(self, data: bytes, storage: Callable[[str, torch.dtype, int], _Storage]) -> None:
-        super().__init__(io.BytesIO(data))
+    def __init__(
+        self, data: bytearray, what: str, storage: Callable[[str, torch.dtype, int], _Storage]
+    ) -> None:
+        super().__init__(data, what=what, allowed=_OPCODES)
         self._storage = storage
         self._classes: dict[str, type[_ScriptObject]] = {}
 
@@ -341,16 +345,14 @@ class Archive:
     def __init__(
         self,
         path: str,
-        archive: zipfile.ZipFile,
+        archive: files.ZipArchive,
         root: str,
-        size: int,
         tensors: dict[str, TensorRef],
         modules: dict[str, ScriptModule],
     ) -> None:
         self.path = path
         self._zip = archive
         self._root = root
-        self._size = size
         self.tensors = tensors
         self.modules = modules
 
@@ -377,8 +379,7 @@ class Archive:
         return out
 
     def _storage(self, ref: TensorRef) -> Tensor:
-        info = self._zip.getinfo(f"{self._root}data/{ref.key}")
-        data = bytearray(_read_member(self.path, self._zip, self._size, info, info.file_size))
+        data = self._zip.read(self._zip.entry(f"{self._root}data/{ref.key}"))
         if not data:
             return torch.empty(0, dtype=ref.dtype)
         return torch.frombuffer(data, dtype=ref.dtype)
@@ -398,13 +399,12 @@ class Archive:
     def _constant(self, qualname: str, attribute: str) -> str | None:
         """A ``Final[str]`` class constant, as text in ``ROOT/code/<module path>.py``."""
         module, _, cls = qualname.rpartition(".")
-        info = _member(self._zip, f"{self._root}code/{module.replace('.', '/')}.py")
-        if info is None or info.file_size > MAX_CODE_BYTES:
+        entry = self._zip.get(f"{self._root}code/{module.replace('.', '/')}.py")
+        if entry is None or entry.size > MAX_CODE_BYTES:
             return None
         try:
-            code = _read_member(self.path, self._zip, self._size, info, MAX_CODE_BYTES)
-            text = code.decode("utf-8")
-        except (TorchFileError, UnicodeDecodeError):
+            text = self._zip.read(entry).decode("utf-8")
+        except (files.ZipError, UnicodeDecodeError):
             return None
         start = re.search(rf"^class {re.escape(cls)}\(", text, flags=re.M)
         if start is None:
@@ -420,58 +420,34 @@ class Archive:
         return found.group(1) if found else None
 
 
-def _member(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo | None:
-    try:
-        return archive.getinfo(name)
-    except KeyError:
-        return None
-
-
 def _read_member(
-    path: str, archive: zipfile.ZipFile, size: int, info: zipfile.ZipInfo, limit: int
-) -> bytes:
-    """The bytes of one member of at most ``limit`` bytes, whose entry was checked against the
-    file of ``size`` bytes (its data inside it; stored or deflated); the zip's CRC is checked as
-    it is read."""
-    stored = info.compress_type == zipfile.ZIP_STORED
-    if (
-        info.file_size > limit
-        or info.header_offset + info.compress_size > size
-        or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
-        or (stored and info.compress_size != info.file_size)
-    ):
+    path: str, archive: files.ZipArchive, entry: files.ZipEntry, limit: int
+) -> bytearray:
+    """The bytes of a member of at most ``limit`` bytes once read (the archive's own checks
+    apply: its size is exact, its CRC is checked)."""
+    if entry.size > limit:
         raise TorchFileError(
-            f"{path}: member {quote(info.filename)} claims {info.file_size} bytes "
-            f"({info.compress_size} in the file from offset {info.header_offset}, compression "
-            f"{info.compress_type}); the file is {size} bytes and at most {limit} are read."
+            f"{path}: member {quote(entry.name)} claims {entry.size} bytes once inflated; at most "
+            f"{limit} are read."
         )
-    try:
-        with archive.open(info) as member:
-            data = member.read(limit + 1)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
-        raise TorchFileError(
-            f"{path}: member {quote(info.filename)} cannot be read ({type(err).__name__}: "
-            f"{clip(first_line(err))}); the archive is corrupt."
-        ) from err
-    if len(data) != info.file_size:
-        raise TorchFileError(f"{path}: member {quote(info.filename)} is not the size it claims.")
-    return data
+    return archive.read(entry)
 
 
 @contextlib.contextmanager
 def open_archive(path: str | os.PathLike[str]) -> Iterator[Archive]:
     """The TorchScript archive ``path``, its module tree read as the module docstring says
-    (:class:`~cudnn_rnn.formats.torch_state.TorchFileError` for anything else); closed when the
+    (:class:`~cudnn_rnn.formats.torch_state.TorchFileError` for anything else, or
+    :class:`~cudnn_rnn.files.ZipError` for an archive the zip reader refuses); closed when the
     block ends. Only a regular file is opened."""
     name = os.fspath(path)
-    with open_zip(name, "a TorchScript archive is what torch.jit.save writes") as (archive, size):
-        yield _read_tree(name, archive, size)
+    with files.open_zip(name, "TorchScript archive (torch.jit.save)") as archive:
+        yield _read_tree(name, archive)
 
 
-def _read_tree(path: str, archive: zipfile.ZipFile, size: int) -> Archive:
+def _read_tree(path: str, archive: files.ZipArchive) -> Archive:
     roots = [
         n.removesuffix("data.pkl")
-        for n in archive.namelist()
+        for n in archive.names()
         if n.endswith("/data.pkl") and n.count("/") == 1
     ]
     if len(roots) != 1:
@@ -480,45 +456,44 @@ def _read_tree(path: str, archive: zipfile.ZipFile, size: int) -> Archive:
             "archive as torch.jit.save writes it."
         )
     (root,) = roots
-    order = _member(archive, f"{root}byteorder")
-    if order is not None and _read_member(path, archive, size, order, 16).strip() != (
+    order = archive.get(f"{root}byteorder")
+    if order is not None and _read_member(path, archive, order, 16).strip() != (
         sys.byteorder.encode()
     ):
         raise TorchFileError(
             f"{path}: written on a machine of another byte order; load it there with "
             "torch.jit.load and save module.state_dict() with torch.save."
         )
-    pickled = archive.getinfo(f"{root}data.pkl")
-    data = _read_member(path, archive, size, pickled, MAX_PICKLE_BYTES)
+    data = _read_member(path, archive, archive.entry(f"{root}data.pkl"), MAX_PICKLE_BYTES)
 
     def storage(key: str, dtype: torch.dtype, numel: int) -> _Storage:
-        info = _member(archive, f"{root}data/{key}")
-        if info is None:
+        entry = archive.get(f"{root}data/{key}")
+        if entry is None:
             raise _Refused(f"storage {quote(key)}, which the archive does not hold")
-        if info.file_size != numel * dtype.itemsize or info.compress_type != zipfile.ZIP_STORED:
+        if entry.size != numel * dtype.itemsize or entry.method != files.STORED:
             raise _Refused(
                 f"storage {quote(key)} of {numel} {str(dtype).removeprefix('torch.')} elements, "
-                f"whose member holds {info.file_size} bytes"
-                + ("" if info.compress_type == zipfile.ZIP_STORED else " compressed")
+                f"whose member holds {entry.size} bytes"
+                + ("" if entry.method == files.STORED else " compressed")
             )
         return _Storage(key, dtype, numel)
 
     try:
-        for opcode, _, _ in pickletools.genops(io.BytesIO(data)):
-            if opcode.name not in _OPCODES:
-                raise _Refused(f"the pickle opcode {opcode.name}")
-        top = _Unpickler(data, storage).load()
+        top = _Unpickler(data, f"{path}: data.pkl", storage).load()
         if not isinstance(top, _ScriptObject):
             raise _Refused(f"a {type(top).__name__} at the top, not a module")
         tensors: dict[str, TensorRef] = {}
         modules: dict[str, ScriptModule] = {}
         _walk(top, "", 0, tensors, modules, set())
+    except pickles.PickleError as err:
+        if err.opcode is None:
+            raise TorchFileError(
+                f"{path}: data.pkl is refused before it is unpickled: {err.problem} (byte "
+                f"{err.offset}); the archive is corrupt or made to exhaust its reader."
+            ) from err
+        raise _asks_for(path, f"the pickle opcode {err.opcode}") from None
     except _Refused as why:
-        raise TorchFileError(
-            f"{path}: data.pkl asks for {why}, which this reader does not rebuild; only module "
-            "trees of tensors and plain values are read (never the archive's code). Save "
-            "module.state_dict() with torch.save instead."
-        ) from None
+        raise _asks_for(path, str(why)) from None
     except TorchFileError:
         raise
     except Exception as err:  # a corrupt pickle fails in many ways
@@ -526,7 +501,15 @@ def _read_tree(path: str, archive: zipfile.ZipFile, size: int) -> Archive:
             f"{path}: data.pkl is not a readable pickle ({type(err).__name__}: "
             f"{clip(first_line(err))}); the archive is corrupt."
         ) from None
-    return Archive(path, archive, root, size, tensors, modules)
+    return Archive(path, archive, root, tensors, modules)
+
+
+def _asks_for(path: str, what: str) -> TorchFileError:
+    return TorchFileError(
+        f"{path}: data.pkl asks for {what}, which this reader does not rebuild; only module "
+        "trees of tensors and plain values are read (never the archive's code). Save "
+        "module.state_dict() with torch.save instead."
+    )
 
 
 def _walk(
