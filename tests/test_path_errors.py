@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import convert, files
+from cudnn_rnn import checkpoint, convert, files
 from cudnn_rnn.errors import CudnnRNNError, FileAccessError
 from cudnn_rnn.formats import npz, torch_file
 from tests.support import readers
@@ -39,6 +39,10 @@ READERS: dict[str, Callable[[Path], object]] = {
     "torchscript.open_archive": readers.open_archive,
     "npz.open_npz": readers.open_npz,
     "npz.from_numpy_canonical": lambda p: npz.from_numpy_canonical(p, "gru", 1, 2, 2),
+    "checkpoint.restore": lambda p: checkpoint.restore(p, cudnn_rnn.CudnnLSTM(1, 2, input_size=2)),
+    "checkpoint.load_file": checkpoint.load_file,
+    "checkpoint.describe": checkpoint.describe,
+    "convert.from_keras_h5": convert.from_keras_h5,
 }
 
 

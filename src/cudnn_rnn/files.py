@@ -197,6 +197,12 @@ def listed(items: Sequence[str], limit: int = 3) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+def names(items: Sequence[object], limit: int = 3) -> str:
+    """:func:`listed` for names read from a file: each quoted (:func:`quote`), so that an empty
+    name, a comma or a space in one cannot blur where it ends."""
+    return listed([quote(i) for i in items], limit)
+
+
 def first_line(err: BaseException) -> str:
     """The first line of an error's message, escaped (its class name if it has none)."""
     lines = str(err).strip().splitlines()

@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from cudnn_rnn import atomic, checkpoint, files
+from cudnn_rnn import checkpoint, files
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.errors import CudnnRNNError
-from cudnn_rnn.files import Claims, clip, first_line, listed
+from cudnn_rnn.files import Claims, clip, first_line, quote
 from cudnn_rnn.formats import onnx as onnx_format
 from cudnn_rnn.formats import torch_file, torch_nn
 from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
@@ -325,14 +325,15 @@ def _pick_model(
         _only_one(path, found, exactly=True)
         return models[0]
     if name not in found:
-        raise UsageError(f"{path}: no model {name!r}; it holds {listed(found) or 'none'}.")
+        held = files.names(found) or "none"
+        raise UsageError(f"{path}: no model {quote(name)}; it holds {held}.")
     return models[found.index(name)]
 
 
 def _only_one(path: str, names: list[str], *, exactly: bool = False) -> None:
     """Refuse a file of several models (or of none, ``exactly``) when no name picks one."""
     if len(names) > 1 or (exactly and not names):
-        shown = listed([n or "''" for n in names])  # a torch module at the top level is ''
+        shown = files.names(names)  # (a torch module at the top level is '')
         raise UsageError(
             f"{path}: holds {len(names)} models"
             + (f" ({shown}); pick one with --model NAME (inspect lists them)." if names else ".")
@@ -365,7 +366,7 @@ def _keras_h5_layer(
         if len(found) != 1:
             raise UsageError(
                 f"{path}: holds {len(found)} RNN layers"
-                + (f" ({listed(found)}); pick one with --model NAME." if found else ".")
+                + (f" ({files.names(found)}); pick one with --model NAME." if found else ".")
             )
         name = str(found[0])
     layer: _CudnnRNN = from_keras_h5(path, layers=[name], **options)[name]
@@ -428,18 +429,10 @@ def _expected_shapes(
 
 
 def save_layer(layer: _CudnnRNN, dst: str) -> str:
-    """Write ``layer`` to ``dst`` in the format its extension names (``.safetensors``,
-    ``.onnx``, ``.pt``/``.pth``; anything else: a TF1 checkpoint prefix); returns that format."""
-    suffix = Path(dst).suffix
-    if suffix == ".safetensors":
-        checkpoint.save(dst, layer)
-        return "safetensors"
-    if suffix == ".onnx":
-        onnx_format.to_onnx(layer, dst)
-        return "onnx"
-    if suffix in (".pt", ".pth"):
-        state = torch_nn.to_torch(layer).state_dict()
-        atomic.write_file(dst, lambda f: torch.save(state, f))
-        return "torch state_dict"
-    checkpoint.save(dst, layer, format="tf")
-    return "TF1 checkpoint"
+    """Write ``layer`` to ``dst`` in the format its extension names (:data:`convert.WRITERS`:
+    ``.safetensors``, ``.onnx``, ``.pt``/``.pth``, a TF1 checkpoint prefix without an
+    extension or ending in ``.ckpt``/``.ckpt-STEP``); returns that format in words. A name of
+    no format written (``.h5``, ``.npz``...) is a ValueError before anything is written."""
+    from cudnn_rnn import convert  # (convert reaches this module lazily: no cycle)
+
+    return convert.to_file(layer, dst).what

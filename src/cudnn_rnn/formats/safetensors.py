@@ -11,7 +11,6 @@ made; :func:`load_file` reads every tensor, :func:`describe` the models of the m
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import io
 import json
@@ -134,18 +133,12 @@ _ST_INFO = {
 
 #: What ``Path.exists`` takes for "nothing there": no such file, a file where a folder should be,
 #: a symbolic link loop.
-_NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
-
-
 def _open(path: Path) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file (CheckpointError for anything else,
-    FileNotFoundError for nothing)."""
+    """``path`` opened for reading if it is a regular file (CheckpointError for anything else;
+    a path that cannot be opened is the :class:`~cudnn_rnn.errors.FileAccessError` of
+    :func:`files.open_regular`, a ``FileNotFoundError`` where nothing is there)."""
     try:
         return files.open_regular(path)
-    except OSError as err:
-        if err.errno in _NOTHING_THERE:
-            raise FileNotFoundError(f"checkpoint: no file at {path}.") from None
-        raise
     except files.NotRegularFile as err:
         raise CheckpointError(
             path, f"{err.kind}, not a regular file; give the path of a checkpoint file."

@@ -75,6 +75,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
 from cudnn_rnn.files import listed, quote
+from cudnn_rnn.files import names as quoted_names
 from cudnn_rnn.formats import torch_file
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.gate_blocks import BlockKey, stack_gates, unstack_gates
@@ -241,7 +242,7 @@ def from_torch(
 def _submodule(module: nn.Module, prefix: str | None, owner: str) -> nn.Module:
     """The RNN or cell at ``prefix`` of ``module`` (the only one when None)."""
     found = {n: m for n, m in module.named_modules() if isinstance(m, _RNN_TYPES)}
-    names = listed([quote(n) for n in found], 8)
+    names = quoted_names(list(found), 8)
     if prefix is None:
         if len(found) == 1:
             return next(iter(found.values()))

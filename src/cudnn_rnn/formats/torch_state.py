@@ -91,7 +91,8 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
 
 _KEY = re.compile(
     r"^(?:(?P<prefix>.+)\.)?(?P<stem>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)"
-    r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?$"
+    r"(?:_l(?P<layer>\d+)(?P<reverse>_reverse)?)?\Z",
+    re.DOTALL,  # a prefix is any text, a newline too (printed escaped)
 )
 _MAX_LAYER_DIGITS = 9
 _MODE_OF_GATES = {4: CUDNN_LSTM, 3: CUDNN_GRU, 1: None}  # None: tanh or relu, not recorded

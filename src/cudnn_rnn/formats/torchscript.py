@@ -198,14 +198,14 @@ class _ScriptObject:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _ScriptObject:
         if args or kwargs:
-            raise _Refused(f"{cls.qualname} made with arguments")
+            raise _Refused(f"{quote(cls.qualname)} made with arguments")
         obj = super().__new__(cls)
         obj.state = _UNSET
         return obj
 
     def __setstate__(self, state: object) -> None:
         if self.state is not _UNSET:
-            raise _Refused(f"a second BUILD on a {self.qualname}")
+            raise _Refused(f"a second BUILD on a {quote(self.qualname)}")
         self.state = state
 
 
@@ -308,7 +308,7 @@ class _Unpickler(pickles.Unpickler):
             return _StorageKind(name, _STORAGES[name])
         function = _FUNCTIONS.get((module, name))
         if function is None:
-            raise _Refused(f"the global {clip(f'{module}.{name}', 80)}")
+            raise _Refused(f"the global {quote(f'{module}.{name}', 80)}")
         return _Function(f"{module}.{name}", function)
 
     def _script_class(self, qualname: str) -> type[_ScriptObject]:
