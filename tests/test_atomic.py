@@ -80,7 +80,7 @@ def _onnx(layer: CudnnLSTM, d: Path) -> list[Path]:
 
 def _cli_pt(layer: CudnnLSTM, d: Path) -> list[Path]:
     # what `cudnn-rnn convert` calls
-    assert model_files.save_layer(layer, str(d / "m.pt")) == "torch state_dict"
+    assert convert.to_file(layer, d / "m.pt").what == "torch state_dict"
     return [d / "m.pt"]
 
 

@@ -57,7 +57,6 @@ __all__ = [
     "find_rnns",
     "load_layer",
     "reader_of",
-    "save_layer",
     "tensor_shapes",
 ]
 
@@ -426,13 +425,3 @@ def _expected_shapes(
             f"{path}: the model it describes is not valid ({clip(first_line(err))})."
         ) from err
     return saveable.checkpoint_shapes()
-
-
-def save_layer(layer: _CudnnRNN, dst: str) -> str:
-    """Write ``layer`` to ``dst`` in the format its extension names (:data:`convert.WRITERS`:
-    ``.safetensors``, ``.onnx``, ``.pt``/``.pth``, a TF1 checkpoint prefix without an
-    extension or ending in ``.ckpt``/``.ckpt-STEP``); returns that format in words. A name of
-    no format written (``.h5``, ``.npz``...) is a ValueError before anything is written."""
-    from cudnn_rnn import convert  # (convert reaches this module lazily: no cycle)
-
-    return convert.to_file(layer, dst).what
