@@ -124,11 +124,16 @@ def _entry_point() -> str:
     return found
 
 
-def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> list[tuple[int, str, str]]:
-    """The exit code, stdout and stderr of ``cudnn-rnn ARGS``: through main, then through the
-    installed command in a process of its own (the bytes it writes, decoded strictly)."""
+def _run(
+    args: list[str], capsys: pytest.CaptureFixture[str], installed: bool = True
+) -> list[tuple[int, str, str]]:
+    """The exit code, stdout and stderr of ``cudnn-rnn ARGS``: through main, then (unless not
+    ``installed``) through the installed command in a process of its own (the bytes it writes,
+    decoded strictly; a process costs a second or two, so not every case starts one)."""
     code = main(args)
     captured = capsys.readouterr()
+    if not installed:
+        return [(code, captured.out, captured.err)]
     proc = subprocess.run([_entry_point(), *args], capture_output=True, timeout=120, check=False)
     out, err = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     return [(code, captured.out, captured.err), (proc.returncode, out, err)]
@@ -161,12 +166,12 @@ def test_convert_errors_and_output_are_one_escaped_line(
         assert "'\\x1b]0;pwned\\x07', '\\x1b[2J', 'a\\nFORGED LINE' and 1 more" in err
     # A name it does not hold, itself hostile: the line names it and what the file holds.
     args = ["convert", str(hostile), str(tmp_path / "x.onnx"), "--model", "b\nFORGED\x1b[2J"]
-    for code, out, err in _run(args, capsys):
+    for code, out, err in _run(args, capsys, installed=False):
         assert code == 2 and out == "" and err.count("\n") == 1 and _clean(err), err
         assert "'b\\nFORGED\\x1b[2J'" in err
     # One of them picked: the one line of output.
     args = ["convert", str(hostile), str(tmp_path / "y.safetensors"), "--model", "\u202e"]
-    for code, out, err in _run(args, capsys):
+    for code, out, err in _run(args, capsys, installed=False):
         assert (code, err) == (0, "") and out.count("\n") == 1 and _clean(out), out
     # An output name with such characters is refused in one escaped line, and nothing written.
     dst = tmp_path / "out\x1b[2J\n.h5"
