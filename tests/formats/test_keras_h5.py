@@ -626,7 +626,7 @@ def test_cli_convert_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["convert", src, str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and src in err
-    assert "holds 2 RNN layers (cu_dnnlstm, cu_dnngru); pick one with --model NAME" in err
+    assert "holds 2 RNN layers ('cu_dnnlstm', 'cu_dnngru'); pick one with --model NAME" in err
     assert main(["convert", src, str(tmp_path / "gru.pt"), "--layer", "cu_dnngru"]) == 0
     gru = torch.nn.GRU(4, 3, batch_first=True)
     gru.load_state_dict(torch.load(tmp_path / "gru.pt", weights_only=True))
