@@ -39,6 +39,7 @@ EXIT_CODE = 86
 FULL = [
     "tests/engines/test_native.py",
     "tests/engines/test_native_boundary.py",
+    "tests/engines/test_same_bits.py",
     "tests/test_layouts.py",
     "tests/test_ops_oracle.py",
 ]
