@@ -1,0 +1,133 @@
+"""The one opaque buffer behind a module's torch.nn parameters.
+
+torch.nn's parameters of one RNN (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ...) are,
+in cuDNN's gate order, exactly the stacked blocks of our opaque buffer (``Layout.fused``): each
+is a contiguous run of it. :func:`flatten` allocates the buffer, copies each parameter's values
+into its block and points the parameter at it (``param.data = block``: the same Parameter
+object, so an optimizer that holds it keeps working), as torch.nn's cuDNN path keeps its weights
+in one flat buffer. The buffer is a plain tensor of the module (not a parameter, not a buffer:
+``state_dict`` and DistributedDataParallel see torch.nn's parameters only). A call hands the
+buffer to the operator without a copy; :class:`_Gather` routes its gradient back into views, one
+per parameter. Blocks no parameter owns (the biases of ``bias=False``) stay zero.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_rnn.core.layout import Block, Layout
+
+#: torch.nn's words when its weights are not in one flat buffer (the warning users know).
+NOT_FLAT = (
+    "RNN module weights are not part of single contiguous chunk of memory. This means they need "
+    "to be compacted at every call, possibly greatly increasing memory usage. To compact weights "
+    "again call flatten_parameters()."
+)
+
+
+def blocks(layout: Layout, bias: bool) -> list[Block]:
+    """The blocks of torch.nn's parameters, in its order (``_flat_weights_names``): per
+    pseudo-layer ``w_ih, w_hh[, b_ih, b_hh][, w_hr]``."""
+    out: list[Block] = []
+    for f in layout.fused:
+        assert f.w_ih is not None  # (torch.nn has no skip_input)
+        out += [f.w_ih, f.w_hh]
+        if bias:
+            out += [f.b_ih, f.b_hh]
+        if f.w_hr is not None:
+            out.append(f.w_hr)
+    return out
+
+
+def view(flat: Tensor, block: Block) -> Tensor:
+    n = 1
+    for d in block.shape:
+        n *= d
+    return flat[block.offset : block.offset + n].view(block.shape)
+
+
+def aliases(flat: Tensor | None, params: Sequence[Tensor], where: Sequence[Block]) -> bool:
+    """Whether every parameter is still the view of ``flat`` that :func:`flatten` made."""
+    if flat is None:
+        return False
+    base, size = flat.data_ptr(), flat.element_size()
+    storage = flat.untyped_storage().data_ptr()
+    for p, b in zip(params, where):
+        if (
+            p.dtype != flat.dtype
+            or p.device != flat.device
+            or p.data_ptr() != base + b.offset * size
+            or tuple(p.shape) != b.shape
+            or not p.is_contiguous()
+            or p.untyped_storage().data_ptr() != storage
+        ):
+            return False
+    return True
+
+
+def owned(params: Sequence[object]) -> bool:
+    """Whether ``params`` are parameters a module owns (leaf ``nn.Parameter``s), which
+    :func:`flatten` may point at its buffer; not a call's own tensors
+    (``torch.func.functional_call``, a transform's wrapped tensors), which it must not touch."""
+    return not torch._C._are_functorch_transforms_active() and all(
+        isinstance(p, torch.nn.Parameter) and p.is_leaf for p in params
+    )
+
+
+def flatten(params: Sequence[Tensor], layout: Layout, where: Sequence[Block]) -> Tensor:
+    """A new buffer holding ``params``' values at their blocks, each parameter pointed at its
+    block; the other blocks zero."""
+    first = params[0]
+    flat = torch.zeros(layout.size, dtype=first.dtype, device=first.device)
+    with torch.no_grad():
+        for p, b in zip(params, where):
+            block = view(flat, b)
+            block.copy_(p)
+            p.data = block
+    return flat
+
+
+def warn_not_flat() -> None:
+    warnings.warn(NOT_FLAT, UserWarning, stacklevel=4)
+
+
+class _Gather(torch.autograd.Function):
+    """``flat`` (whose blocks the parameters are) as the operator's input, with each
+    parameter's gradient a view of the buffer's gradient: no copy either way."""
+
+    @staticmethod
+    def forward(ctx: Any, flat: Tensor, where: Sequence[Block], *params: Tensor) -> Tensor:
+        ctx.where = where
+        return flat.view_as(flat)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        return (None, None, *(view(grad, b) for b in ctx.where))
+
+
+def gathered(flat: Tensor, params: Sequence[Tensor], where: Sequence[Block]) -> Tensor:
+    """The buffer as the operator's ``params``, differentiable for ``params``."""
+    if not torch.is_grad_enabled() or not any(p.requires_grad for p in params):
+        return flat
+    return _Gather.apply(flat, tuple(where), *params)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def concatenated(params: Sequence[Tensor], layout: Layout, where: Sequence[Block]) -> Tensor:
+    """A buffer made from ``params`` for this call only (they are not the module's flat views:
+    ``torch.func.functional_call``, a parameter replaced by a tensor); differentiable."""
+    pieces: list[Tensor] = []
+    at = 0
+    first = params[0]
+    for p, b in sorted(zip(params, where), key=lambda pb: pb[1].offset):
+        if b.offset > at:
+            pieces.append(first.new_zeros(b.offset - at))
+        pieces.append(p.reshape(-1))
+        at = b.offset + p.numel()
+    if at < layout.size:
+        pieces.append(first.new_zeros(layout.size - at))
+    return torch.cat(pieces)

@@ -1,0 +1,210 @@
+"""``cudnn_rnn.nn.LSTMCell``, ``GRUCell`` and ``RNNCell``: torch.nn's cells on our operator.
+
+A cell is the fused RNN of one layer over one step: its parameters (``weight_ih``,
+``weight_hh``, ``bias_ih``, ``bias_hh``, torch.nn's names, shapes and initialisation) are views
+into the one opaque buffer of that RNN, and a call runs ``cudnn_rnn::rnn`` on a sequence of one
+step, by the engines' rule (the native CPU engine for float32, cuDNN on CUDA). cuDNN's GRU
+(the reset gate applied after the recurrent product) is torch's ``GRUCell``. Arguments, results
+and errors are torch.nn's (the shape checks with aten's messages, which torch.nn's cells raise
+from their kernels). Like :mod:`cudnn_rnn.nn.modules`, they do not subclass torch.nn's cells.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch import nn as tnn
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.layout import Layout, layout_of
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.nn import _flat
+from cudnn_rnn.nn.modules import checked, own_parameters, placed
+from cudnn_rnn.operator import rnn
+
+__all__ = ["GRUCell", "LSTMCell", "RNNCell"]
+
+_NAMES = ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]
+_NONLINEARITY = {"tanh": CUDNN_RNN_TANH, "relu": CUDNN_RNN_RELU}
+
+
+class _Cell(tnn.Module):
+    """What the three cells share (the mode is data)."""
+
+    _torch_class: type[tnn.RNNCellBase] = tnn.RNNCellBase
+    _mode = ""
+    input_size: int
+    hidden_size: int
+    bias: bool
+    nonlinearity: str
+    _flat: Tensor | None
+
+    extra_repr: Any = tnn.RNNCellBase.extra_repr
+    reset_parameters: Any = tnn.RNNCellBase.reset_parameters
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        reference = checked(self._torch_class, args, kwargs)
+        super().__init__()
+        self.input_size = reference.input_size
+        self.hidden_size = reference.hidden_size
+        self.bias = reference.bias
+        if "nonlinearity" in reference.__dict__:
+            self.nonlinearity = reference.nonlinearity
+        device, dtype = placed(reference, kwargs)
+        self._names = _NAMES if self.bias else _NAMES[:2]
+        self._layout = self._layout_of(self._mode or CUDNN_RNN_TANH)
+        self._blocks = _flat.blocks(self._layout, self.bias)
+        self._flat = torch.zeros(self._layout.size, dtype=dtype, device=device)
+        shapes = [tuple(getattr(reference, n).shape) for n in self._names]
+        own_parameters(self, self._names, shapes, self._flat, self._blocks)
+        if not self.bias:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def _layout_of(self, mode: str) -> Layout:
+        return layout_of(RNNSpec(mode, 1, self.hidden_size, self.input_size))
+
+    def _weights(self) -> list[Tensor]:
+        return [getattr(self, n) for n in self._names]
+
+    def flatten_parameters(self) -> None:
+        """Make the opaque buffer from the parameters' current values and point them at it
+        (a no-op where they already are its views)."""
+        params = self._weights()
+        if _flat.owned(params) and not _flat.aliases(self._flat, params, self._blocks):
+            self._flat = _flat.flatten(params, self._layout, self._blocks)
+
+    def _buffer(self) -> Tensor:
+        """As :meth:`cudnn_rnn.nn.modules._Fused._buffer`."""
+        params = self._weights()
+        if torch.compiler.is_compiling():
+            return _flat.concatenated(params, self._layout, self._blocks)
+        if not _flat.aliases(self._flat, params, self._blocks):
+            if not _flat.owned(params):
+                return _flat.concatenated(params, self._layout, self._blocks)
+            self._flat = None  # a parameter replaced or its .data reassigned (torch.nn's cells
+            # keep no flat buffer, so they say nothing of it either)
+            self.flatten_parameters()
+        assert self._flat is not None
+        return _flat.gathered(self._flat, params, self._blocks)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        ret = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self._flat = None
+        self.flatten_parameters()
+        return ret
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_flat", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        self._flat = None
+        self.flatten_parameters()
+
+    # -- forward ---------------------------------------------------------------------------------
+    def forward(self, input: Tensor, hx: Any = None) -> Any:
+        cls = type(self).__name__
+        lstm = self._mode == CUDNN_LSTM
+        if input.dim() not in (1, 2):
+            raise ValueError(f"{cls}: Expected input to be 1D or 2D, got {input.dim()}D instead")
+        states = (hx if lstm else (hx,)) if hx is not None else None
+        if states is not None:
+            for i, value in enumerate(states):
+                if value.dim() not in (1, 2):
+                    what = f"hx[{i}]" if lstm else "hidden"
+                    raise ValueError(
+                        f"{cls}: Expected {what} to be 1D or 2D, got {value.dim()}D instead"
+                    )
+        is_batched = input.dim() == 2
+        if not is_batched:
+            input = input.unsqueeze(0)
+            states = tuple(s.unsqueeze(0) for s in states) if states is not None else None
+        if states is None:
+            zeros = torch.zeros(
+                input.size(0), self.hidden_size, dtype=input.dtype, device=input.device
+            )
+            states = (zeros, zeros) if lstm else (zeros,)
+        out = self._step(input, states)
+        if not is_batched:
+            out = tuple(o.squeeze(0) for o in out)
+        return out if lstm else out[0]
+
+    def _step(self, x: Tensor, states: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """One step of the operator on ``x [B, I]`` and ``states`` (each ``[B, H]``), checked
+        as aten checks torch.nn's cells."""
+        mode = self._mode or _NONLINEARITY.get(getattr(self, "nonlinearity", ""), "")
+        if not mode:
+            raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
+        if x.size(1) != self.input_size:
+            raise RuntimeError(
+                f"input has inconsistent input_size: got {x.size(1)} expected {self.input_size}"
+            )
+        for i, s in enumerate(states):
+            if s.size(0) != x.size(0):
+                raise RuntimeError(
+                    f"Input batch size {x.size(0)} doesn't match hidden{i} batch size {s.size(0)}"
+                )
+            if s.size(1) != self.hidden_size:
+                raise RuntimeError(
+                    f"hidden{i} has inconsistent hidden_size: got {s.size(1)}, expected "
+                    f"{self.hidden_size}"
+                )
+        params = self._buffer()
+        for name, t in (("input", x), *((f"hidden{i}", s) for i, s in enumerate(states))):
+            if t.dtype != params.dtype and not torch.is_autocast_enabled(t.device.type):
+                raise RuntimeError(
+                    f"{type(self).__name__}: {name} is {t.dtype} but the weights are "
+                    f"{params.dtype}; convert it with .to({params.dtype}) or the cell with "
+                    f".to({t.dtype})."
+                )
+        x, states = x.to(params.dtype), tuple(s.to(params.dtype) for s in states)
+        spec = RNNSpec(mode, 1, self.hidden_size, self.input_size)
+        c0 = states[1].unsqueeze(0) if len(states) > 1 else None
+        _, h_n, c_n = rnn(
+            spec, params, x.unsqueeze(0), states[0].unsqueeze(0), c0, None,
+            training=self.training, seed=0, dropout_step=None,
+        )  # fmt: skip
+        return (h_n[0], c_n[0]) if c_n is not None else (h_n[0],)
+
+
+class LSTMCell(_Cell):
+    """torch.nn.LSTMCell on our operator (see the module docstring).
+
+    >>> import torch, cudnn_rnn.nn
+    >>> h, c = cudnn_rnn.nn.LSTMCell(10, 20)(torch.randn(3, 10))
+    >>> h.shape, c.shape
+    (torch.Size([3, 20]), torch.Size([3, 20]))
+    """
+
+    _torch_class = tnn.LSTMCell
+    _mode = CUDNN_LSTM
+
+
+class GRUCell(_Cell):
+    """torch.nn.GRUCell on our operator (see the module docstring).
+
+    >>> import torch, cudnn_rnn.nn
+    >>> cudnn_rnn.nn.GRUCell(10, 20)(torch.randn(10)).shape  # unbatched
+    torch.Size([20])
+    """
+
+    _torch_class = tnn.GRUCell
+    _mode = CUDNN_GRU
+
+
+class RNNCell(_Cell):
+    """torch.nn.RNNCell (``nonlinearity="tanh"`` or ``"relu"``) on our operator (see the module
+    docstring).
+
+    >>> import torch, cudnn_rnn.nn
+    >>> cudnn_rnn.nn.RNNCell(10, 20, nonlinearity="relu")(torch.randn(3, 10)).shape
+    torch.Size([3, 20])
+    """
+
+    _torch_class = tnn.RNNCell

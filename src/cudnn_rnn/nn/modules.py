@@ -1,0 +1,343 @@
+"""``cudnn_rnn.nn.LSTM``, ``GRU`` and ``RNN``: torch.nn's classes on our operator and engines.
+
+Each keeps torch.nn's contract for its class: the constructor (its arguments, checks and
+messages: a torch.nn module is built on the ``meta`` device to check them), the parameters and
+their names and order (``state_dict`` loads in both directions with torch.nn checkpoints),
+torch's default initialisation (the same values after the same ``torch.manual_seed``),
+``all_weights``, ``flatten_parameters()``, ``repr``, pickling, deepcopy, ``.to()``,
+``.half()``, ``.double()``; the checks of ``forward`` are torch.nn's own methods. They do not
+subclass torch.nn's classes: ``torch.compile`` refuses to trace any subclass of
+``torch.nn.LSTM``/``GRU``/``RNN`` (dynamo's ``allow_rnn``), which is the point of these, so
+``isinstance(m, torch.nn.LSTM)`` is false (:func:`cudnn_rnn.nn.is_rnn` answers for both).
+What changes is underneath:
+
+* the parameters are views into one opaque buffer (:mod:`cudnn_rnn.nn._flat`), the buffer the
+  operator takes, so a call copies no weight; ``flatten_parameters()`` makes the buffer again
+  (after ``.to()``, ``.half()``, unpickling, a parameter replaced; with torch.nn's warning
+  where a parameter's ``.data`` was reassigned behind its back);
+* ``forward`` takes torch.nn's arguments and returns what torch.nn returns (batched and
+  unbatched input, ``hx`` omitted or given, ``PackedSequence`` in and out) and runs the one
+  operator ``cudnn_rnn::rnn``: the native CPU engine for float32, cuDNN on CUDA, by the same
+  rule as every other call of the package (:mod:`cudnn_rnn.engines`); so it compiles with
+  ``torch.compile(fullgraph=True)``, runs under ``vmap`` and exports to ONNX;
+* dropout (training, ``num_layers > 1``) draws each call's masks from a seed taken from torch's
+  global generator, so ``torch.manual_seed`` reproduces a run (the masks are not torch.nn's).
+
+Under ``torch.autocast`` the call computes in the parameters' dtype (inputs are cast to it),
+where torch.nn would compute in the lower precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch import nn as tnn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.nn import _flat
+from cudnn_rnn.operator import rnn
+
+__all__ = ["GRU", "LSTM", "RNN"]
+
+#: torch.nn's mode names and ours.
+MODES = {
+    "LSTM": CUDNN_LSTM,
+    "GRU": CUDNN_GRU,
+    "RNN_TANH": CUDNN_RNN_TANH,
+    "RNN_RELU": CUDNN_RNN_RELU,
+}
+#: What torch.nn's forward says of an input that is neither 2-D nor 3-D, per class.
+_NOT_2D_3D = {
+    "LSTM": "LSTM: Expected input to be 2D or 3D, got {}D instead",
+    "GRU": "GRU: Expected input to be 2D or 3D, got {}D instead",
+    "RNN_TANH": "RNN: Expected input to be 2D or 3D, got {}D tensor instead",
+    "RNN_RELU": "RNN: Expected input to be 2D or 3D, got {}D tensor instead",
+}
+#: The attributes a torch.nn RNN's constructor sets that ours copies from it.
+_CONFIG = (
+    "mode", "input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout",
+    "bidirectional", "proj_size", "nonlinearity", "_flat_weights_names", "_all_weights",
+)  # fmt: skip
+
+
+def spec_of(module: Any) -> RNNSpec:
+    """The configuration of a torch.nn RNN (ours or torch's) as our spec."""
+    return RNNSpec(
+        MODES[module.mode],
+        module.num_layers,
+        module.hidden_size,
+        module.input_size,
+        direction="bidirectional" if module.bidirectional else "unidirectional",
+        num_proj=module.proj_size or None,
+        dropout=module.dropout,
+        owner=type(module).__name__,
+    )
+
+
+def checked(torch_class: type[tnn.Module], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """torch.nn's module of these arguments on the ``meta`` device (no memory, no random
+    numbers drawn): torch.nn's own checks, exceptions and warnings, and its configuration."""
+    with torch.device("meta"):
+        return torch_class(*args, **kwargs)
+
+
+def placed(reference: tnn.Module, kwargs: dict[str, Any]) -> tuple[torch.device, torch.dtype]:
+    """The device and dtype the caller asked for (torch's default device where none was)."""
+    first = next(reference.parameters())
+    device = first.device
+    if device.type == "meta" and "device" not in kwargs:
+        device = torch.get_default_device()
+    return device, first.dtype
+
+
+def own_parameters(
+    module: tnn.Module, names: list[str], shapes: list[tuple[int, ...]], flat: Tensor, blocks: Any
+) -> None:
+    """Register each named parameter as a view of its block of ``flat``."""
+    for name, shape, block in zip(names, shapes, blocks):
+        assert tuple(block.shape) == tuple(shape), (name, block, shape)
+        tnn.Module.__setattr__(module, name, tnn.Parameter(_flat.view(flat, block)))
+
+
+class _Fused(tnn.Module):
+    """What the three classes share: torch.nn's configuration, the buffer, the forward (the
+    mode is data). torch.nn's methods that need no ``super()`` are torch.nn's own."""
+
+    _torch_class: type[tnn.RNNBase] = tnn.RNNBase
+    mode: str
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bias: bool
+    batch_first: bool
+    dropout: float
+    bidirectional: bool
+    proj_size: int
+    _flat: Tensor | None
+    _flat_weights: list[Tensor | None]
+    _flat_weights_names: list[str]
+
+    check_input: Any = tnn.RNNBase.check_input
+    get_expected_hidden_size: Any = tnn.RNNBase.get_expected_hidden_size
+    check_hidden_size: Any = tnn.RNNBase.check_hidden_size
+    check_forward_args: Any = tnn.RNNBase.check_forward_args
+    permute_hidden: Any = tnn.RNNBase.permute_hidden
+    extra_repr: Any = tnn.RNNBase.extra_repr
+    reset_parameters: Any = tnn.RNNBase.reset_parameters
+    _weights_have_changed: Any = tnn.RNNBase._weights_have_changed
+    _update_flat_weights: Any = tnn.RNNBase._update_flat_weights
+    _init_flat_weights: Any = tnn.RNNBase._init_flat_weights
+    all_weights: Any = tnn.RNNBase.all_weights
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        reference = checked(self._torch_class, args, kwargs)
+        super().__init__()
+        for name in _CONFIG:
+            if name in reference.__dict__:
+                setattr(self, name, reference.__dict__[name])
+        device, dtype = placed(reference, kwargs)
+        self._spec = spec_of(self)
+        self._layout = layout = layout_of(self._spec)
+        self._blocks = _flat.blocks(layout, self.bias)
+        self._flat = torch.zeros(layout.size, dtype=dtype, device=device)
+        shapes = [tuple(getattr(reference, n).shape) for n in self._flat_weights_names]
+        own_parameters(self, self._flat_weights_names, shapes, self._flat, self._blocks)
+        self._flat_weight_refs: list[Any] = []
+        self._init_flat_weights()
+        self.reset_parameters()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        names = self.__dict__.get("_flat_weights_names")
+        if names is not None and name in names and "_flat_weights" in self.__dict__:
+            self._flat_weights[names.index(name)] = value  # as torch.nn keeps its list
+        super().__setattr__(name, value)
+
+    # -- the buffer ----------------------------------------------------------------------------
+    def flatten_parameters(self) -> None:
+        """Make the opaque buffer from the parameters' current values and point them at it
+        (a no-op where they already are its views)."""
+        params = self._flat_weights
+        if len(params) != len(self._flat_weights_names) or not _flat.owned(params):
+            return  # (torch.func.functional_call's tensors are this call's only)
+        if not _flat.aliases(self._flat, params, self._blocks):  # type: ignore[arg-type]
+            self._flat = _flat.flatten(params, self._layout, self._blocks)  # type: ignore[arg-type]
+
+    def _buffer(self) -> Tensor:
+        """The operator's ``params`` for this call: the buffer, differentiable for the
+        parameters (no copy); or, where the weights are not its views, one made from them."""
+        params: list[Tensor] = self._flat_weights  # type: ignore[assignment]
+        layout = self._layout
+        if torch.compiler.is_compiling():
+            return _flat.concatenated(params, layout, self._blocks)
+        if not _flat.aliases(self._flat, params, self._blocks):
+            if not _flat.owned(params):  # torch.func.functional_call: this call's weights
+                return _flat.concatenated(params, layout, self._blocks)
+            _flat.warn_not_flat()  # a parameter's .data reassigned
+            self._flat = None
+            self.flatten_parameters()
+        assert self._flat is not None
+        return _flat.gathered(self._flat, params, self._blocks)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Any:
+        self._flat_weight_refs = []
+        ret = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self._flat = None  # the converted parameters are the values: a buffer of their kind
+        self._init_flat_weights()
+        return ret
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._update_flat_weights()
+        state = self.__dict__.copy()
+        state.pop("_flat_weight_refs", None)
+        state.pop("_flat", None)  # the parameters hold the values; the buffer is made again
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)  # type: ignore[no-untyped-call]
+        self._flat = None
+        self._flat_weight_refs = []
+        self._init_flat_weights()
+
+    def _replicate_for_data_parallel(self) -> Any:
+        replica = super()._replicate_for_data_parallel()  # type: ignore[no-untyped-call]
+        replica._flat_weights = replica._flat_weights[:]  # (nn.DataParallel: as torch.nn)
+        replica._flat_weights_names = replica._flat_weights_names[:]
+        return replica
+
+    # -- forward ---------------------------------------------------------------------------------
+    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:
+        self._update_flat_weights()
+        lstm = self.mode == "LSTM"
+        num_directions = 2 if self.bidirectional else 1
+        hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        packed = isinstance(input, PackedSequence)
+        batch_sizes = sorted_indices = unsorted_indices = None
+        is_batched = True
+        if packed:
+            input, batch_sizes, sorted_indices, unsorted_indices = input
+            batch = int(batch_sizes[0])
+        else:
+            if input.dim() not in (2, 3):
+                raise ValueError(_NOT_2D_3D[self.mode].format(input.dim()))
+            is_batched = input.dim() == 3
+            if hx is not None:
+                _check_hx_dims(hx, lstm, is_batched)
+            if not is_batched:
+                input = input.unsqueeze(0 if self.batch_first else 1)
+                if hx is not None:
+                    hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1)) if lstm else hx.unsqueeze(1)
+            batch = input.size(0) if self.batch_first else input.size(1)
+        if hx is None:
+            shape = (self.num_layers * num_directions, batch)
+            h = torch.zeros(*shape, hidden, dtype=input.dtype, device=input.device)
+            if lstm:
+                c = torch.zeros(*shape, self.hidden_size, dtype=input.dtype, device=input.device)
+                hx = (h, c)
+            else:
+                hx = h
+        else:
+            if not packed:
+                self.check_forward_args(input, hx, batch_sizes)
+            hx = self.permute_hidden(hx, sorted_indices)
+        self.check_forward_args(input, hx, batch_sizes)
+        output, state = self._run(input, batch_sizes, hx)
+        if packed:
+            return (
+                PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices),
+                self.permute_hidden(state, unsorted_indices),
+            )
+        if not is_batched:
+            output = output.squeeze(0 if self.batch_first else 1)
+            state = (state[0].squeeze(1), state[1].squeeze(1)) if lstm else state.squeeze(1)
+        return output, state
+
+    def _run(self, input: Tensor, batch_sizes: Tensor | None, hx: Any) -> tuple[Tensor, Any]:
+        """The operator on checked arguments: padded (time-major, sorted by length) for a
+        packed input; ``(output, h_n)`` or ``(output, (h_n, c_n))``."""
+        lstm = self.mode == "LSTM"
+        h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+        params = self._buffer()
+        if torch.is_autocast_enabled(input.device.type) and input.dtype != params.dtype:
+            input, h0 = input.to(params.dtype), h0.to(params.dtype)
+            c0 = c0.to(params.dtype) if c0 is not None else None
+        lengths = None
+        if batch_sizes is not None:
+            x, lengths = pad_packed_sequence(PackedSequence(input, batch_sizes))
+        else:
+            x = input.transpose(0, 1) if self.batch_first else input
+        dropout = self.training and self.dropout > 0 and self.num_layers > 1
+        # A seed from torch's global generator per call (a tensor: compiled graphs draw it too).
+        step = torch.randint(2**62, (), dtype=torch.int64) if dropout else None
+        y, h_n, c_n = rnn(
+            self._spec, params, x, h0, c0, lengths,
+            training=self.training, seed=0, dropout_step=step,
+        )  # fmt: skip
+        if batch_sizes is not None:
+            assert lengths is not None
+            y = pack_padded_sequence(y, lengths).data
+        elif self.batch_first:
+            y = y.transpose(0, 1)
+        return y, ((h_n, c_n) if lstm else h_n)
+
+
+def _check_hx_dims(hx: Any, lstm: bool, is_batched: bool) -> None:
+    """torch.nn's checks of the states' dimensions against the input's, with its messages."""
+    want = 3 if is_batched else 2
+    kind = "batched 3-D" if is_batched else "unbatched 2-D"
+    if lstm:
+        if hx[0].dim() != want or hx[1].dim() != want:
+            raise RuntimeError(
+                f"For {kind} input, hx and cx should also be {want}-D but got "
+                f"({hx[0].dim()}-D, {hx[1].dim()}-D) tensors"
+            )
+    elif hx.dim() != want:
+        raise RuntimeError(
+            f"For {kind} input, hx should also be {want}-D but got {hx.dim()}-D tensor"
+        )
+
+
+class LSTM(_Fused):
+    """torch.nn.LSTM (its arguments, parameters, state_dict and results) on our operator: see
+    the module docstring.
+
+    >>> import torch, cudnn_rnn.nn
+    >>> lstm = cudnn_rnn.nn.LSTM(10, 20, num_layers=2)
+    >>> out, (h, c) = lstm(torch.randn(5, 3, 10))
+    >>> out.shape, h.shape, list(lstm.state_dict())[:2]
+    (torch.Size([5, 3, 20]), torch.Size([2, 3, 20]), ['weight_ih_l0', 'weight_hh_l0'])
+    """
+
+    _torch_class = tnn.LSTM
+    get_expected_cell_size: Any = tnn.LSTM.get_expected_cell_size
+    check_forward_args: Any = tnn.LSTM.check_forward_args
+    permute_hidden: Any = tnn.LSTM.permute_hidden
+
+
+class GRU(_Fused):
+    """torch.nn.GRU on our operator (see the module docstring); cuDNN's GRU is torch's.
+
+    >>> import torch, cudnn_rnn.nn
+    >>> out, h = cudnn_rnn.nn.GRU(10, 20, batch_first=True)(torch.randn(3, 5, 10))
+    >>> out.shape, h.shape
+    (torch.Size([3, 5, 20]), torch.Size([1, 3, 20]))
+    """
+
+    _torch_class = tnn.GRU
+
+
+class RNN(_Fused):
+    """torch.nn.RNN (``nonlinearity="tanh"`` or ``"relu"``) on our operator (see the module
+    docstring).
+
+    >>> import torch, cudnn_rnn.nn
+    >>> out, h = cudnn_rnn.nn.RNN(4, 6, nonlinearity="relu")(torch.randn(7, 4))  # unbatched
+    >>> out.shape, h.shape
+    (torch.Size([7, 6]), torch.Size([1, 6]))
+    """
+
+    _torch_class = tnn.RNN
