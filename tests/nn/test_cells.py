@@ -15,6 +15,7 @@ from torch import nn as tnn
 
 import cudnn_rnn.nn as cnn
 from cudnn_rnn.nn import _flat
+from tests.nn.pairs import IN, H, pair
 
 KINDS = {
     "lstm": (cnn.LSTMCell, tnn.LSTMCell, {}),
@@ -22,16 +23,10 @@ KINDS = {
     "rnn-tanh": (cnn.RNNCell, tnn.RNNCell, {}),
     "rnn-relu": (cnn.RNNCell, tnn.RNNCell, {"nonlinearity": "relu"}),
 }
-IN, H = 5, 4
 
 
 def _pair(kind: str, seed: int = 0, **options: Any) -> tuple[Any, Any]:
-    ours, theirs, extra = KINDS[kind]
-    torch.manual_seed(seed)
-    a = ours(IN, H, **extra, **options)
-    torch.manual_seed(seed)
-    b = theirs(IN, H, **extra, **options)
-    return a, b
+    return pair(KINDS, kind, seed, **options)
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:

@@ -17,6 +17,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 import cudnn_rnn.nn as cnn
 from cudnn_rnn.nn import _flat
+from tests.nn.pairs import IN, H, pair
 
 #: (ours, torch.nn's, extra constructor arguments)
 KINDS = {
@@ -26,16 +27,10 @@ KINDS = {
     "rnn-tanh": (cnn.RNN, tnn.RNN, {}),
     "rnn-relu": (cnn.RNN, tnn.RNN, {"nonlinearity": "relu"}),
 }
-IN, H = 5, 4
 
 
 def _pair(kind: str, seed: int = 0, **options: Any) -> tuple[Any, Any]:
-    ours, theirs, extra = KINDS[kind]
-    torch.manual_seed(seed)
-    a = ours(IN, H, **extra, **options)
-    torch.manual_seed(seed)
-    b = theirs(IN, H, **extra, **options)
-    return a, b
+    return pair(KINDS, kind, seed, **options)
 
 
 def _flatten(result: Any) -> list[torch.Tensor]:
