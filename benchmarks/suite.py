@@ -1141,8 +1141,10 @@ def run(
     warmup: float = 1.0,
     peak_sizes: Sequence[tuple[int, int, int]] = PEAK_SIZES,
     log: Callable[[str], None] = print,
+    dropin: Any = None,
 ) -> tuple[list[Row], Row | None]:
-    """Run the suite and write ``benchmarks.{md,json,png}`` into ``out``."""
+    """Run the suite and write ``benchmarks.{md,json,png}`` into ``out``; ``dropin``: the
+    sizes of the torch.nn drop-ins' section (``benchmarks/dropin.py``), None for none."""
     out.mkdir(parents=True, exist_ok=True)
     timing = Timing(repeats, block, warmup)
     rows: list[Row] = []
@@ -1168,9 +1170,20 @@ def run(
     if dynamic is not None:
         log(f"dynamic_rnn vs layer on {dynamic.label} ...")
         dyn = bench_dynamic_rnn(dynamic, device=device, repeats=repeats, block=block, warmup=warmup)
+    drop = None
+    if dropin is not None:
+        if str(ROOT) not in sys.path:  # run as a script: benchmarks/ is on the path, not ROOT
+            sys.path.insert(0, str(ROOT))
+        from benchmarks import dropin as dropin_section
+
+        log("torch.nn drop-ins (cudnn_rnn.nn) ...")
+        drop = dropin_section.run(dropin, timing, memory=memory, log=log)
     info = machine()
     info["matmul peak engine"] = engine
-    atomic.write_file(out / "benchmarks.md", report(rows, dyn, peak, info, device).encode())
+    text = report(rows, dyn, peak, info, device)
+    if drop is not None:
+        text += "\n" + "\n".join(dropin_section.report(drop)) + "\n"
+    atomic.write_file(out / "benchmarks.md", text.encode())
     record = {
         "device": device,
         "matmul_peak_flops": peak,
@@ -1184,6 +1197,7 @@ def run(
             "training": dyn.training,
             "notes": dyn.notes,
         },
+        "dropin": None if drop is None else asdict(drop),
     }
     atomic.write_file(out / "benchmarks.json", (json.dumps(record, indent=1) + "\n").encode())
     if not chart(rows, out / "benchmarks.png", device):
@@ -1240,7 +1254,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-peers", action="store_true", help="only ours and torch.nn")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory probes")
+    parser.add_argument(
+        "--no-dropin", action="store_true", help="skip the torch.nn drop-ins' section"
+    )
     return parser
+
+
+def _dropin_sizes(quick: bool) -> Any:
+    """The drop-ins' sizes (``benchmarks/dropin.py``): the issue's, or tiny ones."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import dropin
+
+    return dropin.QUICK if quick else dropin.Sizes()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1280,6 +1306,7 @@ def run_args(args: argparse.Namespace) -> int:
         dynamic=dynamic if dynamic in shapes else None,
         peak_sizes=QUICK_PEAK_SIZES if args.quick else PEAK_SIZES,
         warmup=args.warmup,
+        dropin=None if args.no_dropin else _dropin_sizes(args.quick),
     )
     print(f"wrote {Path(args.out) / 'benchmarks.md'}")
     return 0

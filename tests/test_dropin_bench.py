@@ -1,0 +1,31 @@
+"""benchmarks/dropin.py (the torch.nn drop-ins' section of make bench): it runs, its two models
+hold the same weights and compute the same loss, and its report says what it measured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import dropin
+from cudnn_rnn.bench import Timing
+
+
+def test_the_two_models_are_the_same_model() -> None:
+    pair = dropin.models(dropin.QUICK)
+    tokens = torch.randint(0, dropin.QUICK.vocab, (2, 5))
+    ours, theirs = pair[dropin.OURS], pair[dropin.TORCH_NN]
+    assert type(ours.lstm).__module__ == "cudnn_rnn.nn.modules"
+    assert type(theirs.lstm) is torch.nn.LSTM
+    torch.testing.assert_close(ours(tokens), theirs(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_a_quick_run_reports_every_row() -> None:
+    result = dropin.run(dropin.QUICK, Timing(1, 0.001, 0.0), memory=False, log=lambda _: None)
+    assert set(result.model) == set(result.cells["LSTMCell"]) == {dropin.OURS, dropin.TORCH_NN}
+    lines = dropin.report(result)
+    assert lines[0] == "## torch.nn drop-ins (`cudnn_rnn.nn`)"
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| model training step", "| LSTMCell loop",
+                                                  "| GRUCell loop"]  # fmt: skip
+    ratio = result.model[dropin.OURS] / result.model[dropin.TORCH_NN]
+    assert float(rows[0].split("**")[1]) == pytest.approx(ratio, abs=0.005)
