@@ -220,21 +220,23 @@ static inline void cpu_relax(void) {
 
 /* Spins briefly, then yields the core: the other threads of the team are usually microseconds
  * away, but on an oversubscribed machine a spinning thread would keep them off the core. */
-static void barrier_wait(shared_t *sh) {
-    if (sh->nthreads == 1) return;
-    int gen = atomic_load(&sh->generation);
-    if (atomic_fetch_add(&sh->count, 1) == sh->nthreads - 1) {
-        atomic_store(&sh->count, 0);
-        atomic_fetch_add(&sh->generation, 1);
+static void barrier_on(int nthreads, atomic_int *count, atomic_int *generation) {
+    if (nthreads == 1) return;
+    int gen = atomic_load(generation);
+    if (atomic_fetch_add(count, 1) == nthreads - 1) {
+        atomic_store(count, 0);
+        atomic_fetch_add(generation, 1);
         return;
     }
-    for (int spins = 0; atomic_load(&sh->generation) == gen; spins++) {
+    for (int spins = 0; atomic_load(generation) == gen; spins++) {
         if (spins < 20000)
             cpu_relax();
         else
             sched_yield();
     }
 }
+
+static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->count, &sh->generation); }
 
 /* The forward's products by rule. A weight matrix is read where it is (dot products, kernel.inc's
  * dot_gemm) when few rows multiply it, and packed into each thread's scratch first otherwise:
@@ -330,6 +332,16 @@ int cr_set_products(int r, int w) {
     return 0;
 }
 
+/* The backward products' steps at one ISA (kernel.inc): pack columns of B's chunk, make rows
+ * of C over it, sum A's columns. */
+typedef struct gemm_ops {
+    void (*pack)(const cr_gemm_args *, int64_t, int64_t, int64_t, int64_t, const int64_t *,
+                 float *);
+    void (*rows)(const cr_gemm_args *, int64_t, int64_t, int64_t, int64_t, const float *,
+                 float *);
+    void (*column_sums)(const cr_gemm_args *, int64_t, int64_t);
+} gemm_ops_t;
+
 typedef void (*forward_fn)(const cr_forward_args *, const slice_t *, shared_t *);
 typedef void (*backward_fn)(const cr_backward_args *, const slice_t *, shared_t *);
 typedef struct {
@@ -338,7 +350,7 @@ typedef struct {
     forward_fn forward;
     backward_fn backward;
     void (*activation)(int, int64_t, const float *, float *);
-    void (*gemm)(const cr_gemm_args *, int64_t, int64_t, float *);
+    const struct gemm_ops *gemm;
 } isa_t;
 
 /* The backward products' chunks: GK rows of K (a column block of B's packed chunk, GK x 64
@@ -925,36 +937,44 @@ int cr_backward_many(const cr_backward_args *const *list, int64_t count) {
 typedef struct {
     const cr_gemm_args *g;
     const isa_t *isa;
-    int parts, threads;
-    atomic_int failed;
+    int threads;         /* our team's size (OpenMP's is its own) */
+    int64_t npad;        /* B's columns rounded up to whole vectors */
+    int64_t *col;        /* npad column numbers, -1 for a pad */
+    float *P;            /* B's packed chunk, GK x npad: shared by the team */
+    atomic_int count, generation, failed;
 } gemm_job_t;
 
-/* The floats of a thread's scratch for gemm_rows: the column numbers (int64: two floats each),
- * A's packed panels and B's packed chunk. */
-static size_t gemm_scratch(const cr_gemm_args *g, int vec) {
-    size_t npad = (size_t)((g->n + vec - 1) / vec * vec);
-    return 2 * npad + (size_t)GM * GK + (size_t)GK * npad + 16;
+/* Part p of n of a range of `size` in whole units of `unit` where it can. */
+static int64_t share(int64_t size, int64_t unit, int p, int n) {
+    int64_t blocks = (size + unit - 1) / unit, start = blocks * p / n * unit;
+    return start < size ? start : size;
 }
 
-/* Part p of the rows, in whole blocks of the micro-kernel's rows where it can. */
-static int64_t gemm_part_start(const gemm_job_t *job, int p) {
-    int64_t mr = job->isa->rows, blocks = (job->g->m + mr - 1) / mr;
-    int64_t start = blocks * p / job->parts * mr;
-    return start < job->g->m ? start : job->g->m;
-}
-
-/* Thread `tid` of `threads` makes parts tid, tid + threads, ...: a team smaller than asked for
- * (OpenMP may give fewer) makes them all, with the same arithmetic. */
-static void gemm_thread(gemm_job_t *job, int tid, int threads) {
-    float *work = scratch(gemm_scratch(job->g, job->isa->vec));
-    if (!work) {
-        atomic_store(&job->failed, 1);
-        return;
+/* Thread `tid` of a team of `team`: per chunk of K, its share of B's column blocks packed into
+ * the shared P, a barrier, its share of C's rows made over all of P, a barrier (P is packed
+ * again next). Each packs a part of B once for the team, where each used to pack all of it
+ * (the cost of a pass over B per thread). The shares follow the team's size; the bits do not. */
+static void gemm_thread(gemm_job_t *job, int tid, int team) {
+    const cr_gemm_args *g = job->g;
+    const gemm_ops_t *ops = job->isa->gemm;
+    float *Ap = scratch((size_t)GM * GK + 16);
+    if (!Ap) atomic_store(&job->failed, 1);
+    barrier_on(team, &job->count, &job->generation);
+    if (atomic_load(&job->failed)) return; /* every thread sees it: none waits at a barrier */
+    const int64_t block = (int64_t)job->isa->vec * job->isa->vectors;
+    const int64_t m0 = share(g->m, job->isa->rows, tid, team);
+    const int64_t m1 = share(g->m, job->isa->rows, tid + 1, team);
+    const int64_t c0 = share(job->npad, block, tid, team), c1 = share(job->npad, block, tid + 1, team);
+    for (int64_t k0 = 0; g->n > 0 && k0 < g->k; k0 += GK) {
+        const int64_t kc = g->k - k0 < GK ? g->k - k0 : GK;
+        ops->pack(g, k0, kc, c0, c1, job->col, job->P);
+        barrier_on(team, &job->count, &job->generation);
+        if (m1 > m0) ops->rows(g, m0, m1, k0, kc, job->P, Ap);
+        barrier_on(team, &job->count, &job->generation);
     }
-    for (int p = tid; p < job->parts; p += threads) {
-        int64_t m0 = gemm_part_start(job, p), m1 = gemm_part_start(job, p + 1);
-        if (m1 > m0) job->isa->gemm(job->g, m0, m1, work);
-    }
+    if (g->n > 0 && g->k == 0 && !g->accumulate)
+        for (int64_t r = m0; r < m1; r++) memset(g->c + r * g->ldc, 0, (size_t)g->n * sizeof(float));
+    if (g->colsum && m1 > m0) ops->column_sums(g, m0, m1);
 }
 
 static void gemm_team(void *p, int tid) {
@@ -973,8 +993,9 @@ static int check_gemm(const cr_gemm_args *g) {
     return 0;
 }
 
-/* C (+)= A @ B or A^T @ B (see cr_gemm_args) on up to `threads` threads, each making whole rows
- * of C; the bits depend on none of it (kernel.inc, gemm_rows). Returns 0, 1 when memory ran
+/* C (+)= A @ B or A^T @ B (see cr_gemm_args) on up to `threads` threads, each packing a share
+ * of B for the team and making whole rows of C (gemm_thread); the bits depend on none of it
+ * (kernel.inc, gemm_rows). Returns 0, 1 when memory ran
  * out, 2 on bad sizes, strides or a missing pointer. */
 int cr_gemm(const cr_gemm_args *g) {
     if (!g) return 2;
@@ -984,20 +1005,34 @@ int cr_gemm(const cr_gemm_args *g) {
     cr_gemm_args args = *g;
     if (args.n == 0) args.ldc = 0; /* colsum alone */
     gemm_job_t job = {.g = &args, .isa = isa_of(cr_level())};
+    atomic_init(&job.count, 0);
+    atomic_init(&job.generation, 0);
     atomic_init(&job.failed, 0);
+    const int64_t vec = job.isa->vec;
+    job.npad = (args.n + vec - 1) / vec * vec;
+    job.col = malloc((size_t)(job.npad > 0 ? job.npad : 1) * sizeof(int64_t));
+    job.P = aligned_floats((int64_t)GK * job.npad);
+    if (!job.col || !job.P) {
+        free(job.col);
+        free(job.P);
+        return 1;
+    }
+    for (int64_t c = 0; c < job.npad; c++) job.col[c] = c < args.n ? c : -1;
     int64_t blocks = (args.m + job.isa->rows - 1) / job.isa->rows;
     int64_t want = args.threads < blocks ? args.threads : blocks;
     if (want > CR_MAX_THREADS) want = CR_MAX_THREADS;
     if (args.m * (args.n + 1) * args.k < (1 << 18)) want = 1; /* less than a barrier's worth */
-    job.parts = want < 1 ? 1 : (int)want;
+    if (want < 1) want = 1;
     gomp_parallel_t openmp = atomic_load(&gomp_parallel);
-    if (openmp && job.parts > 1) {
-        openmp(gemm_openmp, &job, (unsigned)job.parts, 0);
+    if (openmp && want > 1) {
+        openmp(gemm_openmp, &job, (unsigned)want, 0);
     } else {
-        job.threads = openmp ? 1 : team_acquire(job.parts);
+        job.threads = openmp ? 1 : team_acquire((int)want);
         team_run(gemm_team, &job, job.threads);
         if (!openmp && job.threads > 1) pthread_mutex_unlock(&team_call);
     }
+    free(job.col);
+    free(job.P);
     return atomic_load(&job.failed) ? 1 : 0;
 }
 
