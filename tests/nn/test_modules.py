@@ -271,3 +271,38 @@ def test_forward_errors_are_torch_nns(kind: str) -> None:
         with pytest.raises(type(theirs.value)) as ours:
             a(x, hx)
         assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn-relu"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_sequence_lengths_on_a_padded_batch_equal_torch_nns_packed_sequence(
+    kind: str, batch_first: bool
+) -> None:
+    """Ours takes ``sequence_lengths`` with a plain padded tensor; torch.nn needs a
+    PackedSequence for the same result: outputs 0 past each length, each sequence's final
+    state at its last valid step, and the gradients (float64)."""
+    a, b = _pair(kind, num_layers=2, bidirectional=True, batch_first=batch_first,
+                 dtype=torch.float64)  # fmt: skip
+    lengths = [6, 2, 4]
+    x = torch.randn(3, 6, IN, dtype=torch.float64, requires_grad=True)
+    xt = x if batch_first else x.transpose(0, 1)
+    out, state = a(xt, sequence_lengths=lengths)
+    packed = pack_padded_sequence(xt, torch.tensor(lengths), batch_first=batch_first,
+                                  enforce_sorted=False)  # fmt: skip
+    want, want_state = b(packed)
+    want_out = torch.nn.utils.rnn.pad_packed_sequence(want, batch_first=batch_first,
+                                                      total_length=6)[0]  # fmt: skip
+    torch.testing.assert_close(out, want_out, atol=1e-10, rtol=1e-10)
+    got_states = state if isinstance(state, tuple) else (state,)
+    want_states = want_state if isinstance(want_state, tuple) else (want_state,)
+    for g, w in zip(got_states, want_states):
+        torch.testing.assert_close(g, w, atol=1e-10, rtol=1e-10)
+    (ga,) = torch.autograd.grad(out.sum() + got_states[0].sum(), x)
+    (gb,) = torch.autograd.grad(want_out.sum() + want_states[0].sum(), x)
+    torch.testing.assert_close(ga, gb, atol=1e-10, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"sequence_lengths must be in \[1, 6\]|must be in"):
+        a(xt, sequence_lengths=[7, 2, 4])
+    with pytest.raises(ValueError, match="a PackedSequence carries its own lengths"):
+        a(packed, sequence_lengths=lengths)
+    single = a(xt[0] if batch_first else xt[:, 0], sequence_lengths=3)[0]  # unbatched
+    assert single.shape == (6, 2 * H) and not single[3:].any() and single[2].any()

@@ -41,6 +41,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.nn import _flat
 from cudnn_rnn.operator import rnn
+from cudnn_rnn.validation import check_lengths
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
@@ -210,7 +211,11 @@ class _Fused(tnn.Module):
         return replica
 
     # -- forward ---------------------------------------------------------------------------------
-    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:
+    def forward(self, input: Any, hx: Any = None, sequence_lengths: Any = None) -> tuple[Any, Any]:
+        """torch.nn's forward; ``sequence_lengths`` (ours, keyword): the length of each
+        sequence of a padded batch (``[B]`` ints in ``[1, T]``; ``[1]`` or an int for an
+        unbatched input): outputs past a length are 0, and the final states are each
+        sequence's last valid step's, as with a ``PackedSequence`` but without packing."""
         self._update_flat_weights()
         lstm = self.mode == "LSTM"
         num_directions = 2 if self.bidirectional else 1
@@ -218,6 +223,11 @@ class _Fused(tnn.Module):
         packed = isinstance(input, PackedSequence)
         batch_sizes = sorted_indices = unsorted_indices = None
         is_batched = True
+        if packed and sequence_lengths is not None:
+            raise ValueError(
+                f"{type(self).__name__}: a PackedSequence carries its own lengths; pass "
+                "sequence_lengths=None."
+            )
         if packed:
             input, batch_sizes, sorted_indices, unsorted_indices = input
             batch = int(batch_sizes[0])
@@ -241,11 +251,16 @@ class _Fused(tnn.Module):
             else:
                 hx = h
         else:
-            if not packed:
-                self.check_forward_args(input, hx, batch_sizes)
             hx = self.permute_hidden(hx, sorted_indices)
         self.check_forward_args(input, hx, batch_sizes)
-        output, state = self._run(input, batch_sizes, hx)
+        lengths = None
+        if sequence_lengths is not None:
+            if not is_batched and isinstance(sequence_lengths, int):
+                sequence_lengths = [sequence_lengths]
+            steps = input.size(1 if self.batch_first else 0)
+            lengths = check_lengths(type(self).__name__, "sequence_lengths",
+                                    sequence_lengths, steps, batch)  # fmt: skip
+        output, state = self._run(input, batch_sizes, hx, lengths)
         if packed:
             return (
                 PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices),
@@ -256,16 +271,18 @@ class _Fused(tnn.Module):
             state = (state[0].squeeze(1), state[1].squeeze(1)) if lstm else state.squeeze(1)
         return output, state
 
-    def _run(self, input: Tensor, batch_sizes: Tensor | None, hx: Any) -> tuple[Tensor, Any]:
+    def _run(
+        self, input: Tensor, batch_sizes: Tensor | None, hx: Any, lengths: Tensor | None = None
+    ) -> tuple[Tensor, Any]:
         """The operator on checked arguments: padded (time-major, sorted by length) for a
-        packed input; ``(output, h_n)`` or ``(output, (h_n, c_n))``."""
+        packed input, else with the checked ``lengths``; ``(output, h_n)`` or ``(output,
+        (h_n, c_n))``."""
         lstm = self.mode == "LSTM"
         h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
         params = self._buffer()
         if torch.is_autocast_enabled(input.device.type) and input.dtype != params.dtype:
             input, h0 = input.to(params.dtype), h0.to(params.dtype)
             c0 = c0.to(params.dtype) if c0 is not None else None
-        lengths = None
         if batch_sizes is not None:
             x, lengths = pad_packed_sequence(PackedSequence(input, batch_sizes))
         else:
