@@ -126,3 +126,9 @@ def test_errors_are_torch_nns() -> None:
         a(torch.zeros(2, IN))
     with pytest.raises(RuntimeError, match=r"LSTMCell: input is torch.float64 but the weights"):
         cnn.LSTMCell(IN, H)(torch.zeros(2, IN, dtype=torch.float64))
+
+
+def test_vmap_over_inputs() -> None:
+    a, b = _pair("gru", dtype=torch.float64)
+    xs = torch.randn(4, 3, IN, dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(a)(xs), torch.stack([b(x) for x in xs]))

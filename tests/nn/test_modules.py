@@ -306,3 +306,25 @@ def test_sequence_lengths_on_a_padded_batch_equal_torch_nns_packed_sequence(
         a(packed, sequence_lengths=lengths)
     single = a(xt[0] if batch_first else xt[:, 0], sequence_lengths=3)[0]  # unbatched
     assert single.shape == (6, 2 * H) and not single[3:].any() and single[2].any()
+
+
+def test_vmap_grad_and_autocast_where_torch_nn_cannot() -> None:
+    """torch.func.vmap over a batch of inputs (torch.nn has no batching rule for its RNNs),
+    torch.func.grad through functional_call, and torch.autocast (ours computes in the
+    parameters' dtype: the same values as without autocast)."""
+    a, b = _pair("lstm", batch_first=True, dtype=torch.float64)
+    xs = torch.randn(3, 2, 6, IN, dtype=torch.float64)
+    got = torch.func.vmap(lambda x: a(x)[0])(xs)
+    torch.testing.assert_close(got, torch.stack([b(x)[0] for x in xs]), atol=1e-10, rtol=1e-10)
+    with pytest.raises(RuntimeError):
+        torch.func.vmap(lambda x: b(x)[0])(xs)
+    params = {n: p.detach() for n, p in a.named_parameters()}
+    grads = torch.func.grad(lambda p: torch.func.functional_call(a, p, (xs[0],))[0].sum())(params)
+    want = torch.autograd.grad(b(xs[0])[0].sum(), list(b.parameters()))
+    for (n, g), w in zip(grads.items(), want):
+        torch.testing.assert_close(g, w, atol=1e-10, rtol=1e-10, msg=n)
+    m = cnn.GRU(IN, H)
+    x = torch.randn(6, 2, IN)
+    plain = m(x)[0]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(m(x)[0], plain)

@@ -80,7 +80,8 @@ class _Cell(tnn.Module):
     def _buffer(self) -> Tensor:
         """As :meth:`cudnn_rnn.nn.modules._Fused._buffer`."""
         params = self._weights()
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            # (a graph, or a transform's wrapped tensors: the weights as this call's inputs)
             return _flat.concatenated(params, self._layout, self._blocks)
         if not _flat.aliases(self._flat, params, self._blocks):
             if not _flat.owned(params):

@@ -173,7 +173,8 @@ class _Fused(tnn.Module):
         parameters (no copy); or, where the weights are not its views, one made from them."""
         params: list[Tensor] = self._flat_weights  # type: ignore[assignment]
         layout = self._layout
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            # (a graph, or a transform's wrapped tensors: the weights as this call's inputs)
             return _flat.concatenated(params, layout, self._blocks)
         if not _flat.aliases(self._flat, params, self._blocks):
             if not _flat.owned(params):  # torch.func.functional_call: this call's weights
