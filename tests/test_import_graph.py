@@ -39,6 +39,7 @@ LOWER = tuple(
     for name in (
         "core",
         "operator",
+        "export",
         "engines",
         "validation",
         "initializers",

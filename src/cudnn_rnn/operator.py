@@ -63,7 +63,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import Tensor
 
-from cudnn_rnn import engines
+from cudnn_rnn import engines, export
 from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_INPUT_SKIP_MODE,
@@ -857,7 +857,9 @@ def rnn(
 
     Arguments are checked by the caller (``lengths``: an int64 tensor ``[B]``). With dropout
     active (``training``, ``p > 0``, more than one layer) the masks come from ``seed`` and
-    ``dropout_step``, which is then advanced by one.
+    ``dropout_step``, which is then advanced by one. Traced by ``torch.onnx.export``, the call
+    is standard ONNX nodes instead, without dropout (:mod:`cudnn_rnn.export`); traced by
+    ``torch.jit.trace``, it is the operator (not a Python function), so the trace can be saved.
     """
     dropout = spec.dropout if training and spec.num_layers > 1 else 0.0
     # The counter (a CPU tensor) reaches the operator only where a call draws masks: a graph
@@ -869,20 +871,31 @@ def rnn(
     )
     traced = torch.compiler.is_compiling()
     lstm = spec.mode == CUDNN_LSTM
-    if need_grad:
-        args = (params, x, h0, c0, lengths, step, static, dropout, seed, traced)
-        if not traced and _direct(params, x, h0, c0, lengths, step):
-            out = _APPLY(*args)  # type: ignore[no-untyped-call]
-        else:
-            out = _RNNFunction.apply(*args)  # type: ignore[no-untyped-call]
-        y, hy, cy = out[0], out[1], (out[2] if lstm else None)
-    elif not traced and _plain_eager(params, x, h0, c0, lengths, step):
+    out: Any
+    if need_grad and not traced and _direct(params, x, h0, c0, lengths, step):
+        out = _APPLY(  # type: ignore[no-untyped-call]
+            params, x, h0, c0, lengths, step, static, dropout, seed, traced
+        )
+    elif not need_grad and not traced and _plain_eager(params, x, h0, c0, lengths, step):
         # What the operator would run, without its dispatch (half the cost of a tiny call).
         with _no_autocast(x.device):
-            y, hy, cy = _eager_forward(params, x, h0, c0, lengths, step, static, dropout, seed)
+            out = _eager_forward(params, x, h0, c0, lengths, step, static, dropout, seed)
+    elif export.onnx_exporting(traced):  # torch.onnx.export: standard ONNX nodes, no dropout
+        return export.onnx_rnn(spec, params, x, h0, c0, lengths, traced)
+    elif not traced and torch._C._get_tracing_state() is not None:
+        # torch.jit.trace records the operator (torch.jit.save writes it), not a Python
+        # Function; its registered autograd differentiates it. The trace is one graph for
+        # grad mode and no_grad (torch.jit.trace checks it under no_grad): it keeps what the
+        # backward needs where an input requires grad, whatever the grad mode.
+        keep = any(t is not None and t.requires_grad for t in (params, x, h0, c0))
+        out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, keep, traced)
+    elif need_grad:
+        out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
+            params, x, h0, c0, lengths, step, static, dropout, seed, traced
+        )
     else:
         out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, False, traced)
-        y, hy, cy = out[0], out[1], (out[2] if lstm else None)
+    y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     if dropout and dropout_step is not None:
         with torch.no_grad():
             dropout_step.add_(1)

@@ -26,6 +26,9 @@ layer's initial states are a ``Slice`` of the inputs, and the final states a ``C
 weights are written exactly; ``skip_input`` is written as the identity ``W`` that the canonical
 form holds (exact math). LSTM projection has no ONNX counterpart and is refused.
 
+The operators, their attributes and the weights' mapping are :mod:`cudnn_rnn.export`'s (one
+mapping for this writer and for ``torch.onnx.export`` of a model that holds our layers).
+
 This module knows specs, canonical tensors and the layout only, never layers, so that anything
 that has canonical tensors can build the graph without importing the layer stack;
 :mod:`cudnn_rnn.formats.onnx` (files <-> layers) is built on it. onnx is imported only when
@@ -35,17 +38,16 @@ that has canonical tensors can build the graph without importing the layer stack
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
-from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
+from cudnn_rnn.core.constants import CUDNN_LSTM
+from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_int
-from cudnn_rnn.formats.gate_blocks import BlockKey, stack_gates
+from cudnn_rnn.export import GATE_ORDER, ONNX_OPS, OnnxOp, node_attributes, onnx_weights
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -60,31 +62,6 @@ __all__ = [
 DEFAULT_OPSET = 17
 #: Slice/Squeeze/Unsqueeze take their axes as inputs from opset 13 on.
 MIN_OPSET = 13
-
-
-@dataclass(frozen=True)
-class OnnxOp:
-    """How one of our modes is spelled as an ONNX operator."""
-
-    op_type: str
-    #: The activations of one direction (f, g, h as ONNX names them) that compute our math.
-    activations: tuple[str, ...]
-    #: Other attributes our math needs.
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: Our mode -> the ONNX operator and attributes that compute the same math.
-ONNX_OPS: dict[str, OnnxOp] = {
-    CUDNN_LSTM: OnnxOp("LSTM", ("Sigmoid", "Tanh", "Tanh")),
-    # cuDNN applies the reset gate after the recurrent matmul (and its bias): ONNX's lbr=1.
-    CUDNN_GRU: OnnxOp("GRU", ("Sigmoid", "Tanh"), {"linear_before_reset": 1}),
-    CUDNN_RNN_TANH: OnnxOp("RNN", ("Tanh",)),
-    CUDNN_RNN_RELU: OnnxOp("RNN", ("Relu",)),
-}
-#: Number of directions -> ONNX's ``direction`` attribute.
-_DIRECTIONS = {1: "forward", 2: "bidirectional"}
-#: The key of ``GATE_ORDERS`` that gives ONNX's gate order.
-GATE_ORDER = "onnx"
 
 
 def import_onnx() -> Any:
@@ -155,7 +132,7 @@ def model_proto(
     graph = _graph(
         onnx,
         spec,
-        stack_gates(spec, weights, biases, GATE_ORDER),
+        onnx_weights(spec, layout_of(spec).pack(weights, biases, owner)),
         getattr(onnx.TensorProto, elem_name),
         sequence_lens=sequence_lens,
         initial_state=initial_state,
@@ -173,7 +150,7 @@ def model_proto(
 def _graph(
     onnx: Any,
     spec: RNNSpec,
-    blocks: Mapping[BlockKey, Tensor],
+    layers: Sequence[tuple[Tensor, Tensor, Tensor]],
     elem: int,
     *,
     sequence_lens: bool,
@@ -197,9 +174,6 @@ def _graph(
         inits.append(helper.make_tensor(name, onnx.TensorProto.INT64, [len(values)], values))
         return name
 
-    def stacked(index: int, kind: str) -> Tensor:  # [D, ...]: forward, then backward
-        return torch.stack([blocks[(index, k, kind)] for k in range(d)])
-
     graph_inputs = [helper.make_tensor_value_info("X", elem, ["T", "B", spec.input_size])]
     if sequence_lens:
         graph_inputs.append(
@@ -213,11 +187,8 @@ def _graph(
     to_3d = ints("shape_T_B_minus1", [0, 0, -1])
     x = "X"
     layer_states: list[list[str]] = [[] for _ in states]
-    for index in range(num_layers):
-        w = const(f"W_{index}", stacked(index, INPUT))
-        r = const(f"R_{index}", stacked(index, RECURRENT))
-        bias = torch.cat([stacked(index, INPUT_BIAS), stacked(index, RECURRENT_BIAS)], dim=1)
-        b = const(f"B_{index}", bias)
+    for index, weights in enumerate(layers):
+        w, r, b = (const(f"{k}_{index}", v) for k, v in zip("WRB", weights))
         state_in = [""] * len(states)
         if initial_state:
             start = ints(f"state_start_{index}", [index * d])
@@ -235,10 +206,7 @@ def _graph(
                 inputs,
                 outs,
                 f"{op.op_type}_{index}",
-                hidden_size=h,
-                direction=_DIRECTIONS[d],
-                activations=list(op.activations) * d,  # one list per direction
-                **op.attributes,
+                **node_attributes(spec),
             )
         )
         for k, out in enumerate(outs[1:]):
