@@ -219,6 +219,7 @@ def test_main_runs_every_section_on_cpu(
         gpu_check.BenchShape("GRU bi", "gru", 4, 2, 6, 2, True),
     )
     monkeypatch.setattr(gpu_check, "BENCH_SHAPES", tiny)
+    monkeypatch.setattr(gpu_check, "DROPIN_SIZES", (2, 3, 4))
     gru_only = [case for case in gpu_check.opcheck_cases() if case[0] == "gru with lengths"]
     monkeypatch.setattr(gpu_check, "opcheck_cases", lambda: gru_only)
     written: list[list[str]] = []
@@ -234,12 +235,13 @@ def test_main_runs_every_section_on_cpu(
     code = gpu_check.main(["--device", "cpu", "--out", str(out), "--tests", str(tests)])
     text = (out / "gpu.md").read_text(encoding="utf-8")
     assert code == 0, text
-    assert "**Status: all 5 sections passed.**" in text
-    assert [len(p) for p in written] == [4, 3, 2, 1, 0]
+    assert "**Status: all 6 sections passed.**" in text
+    assert [len(p) for p in written] == [5, 4, 3, 2, 1, 0]
     assert "Result: 2 of 2 passed." in text  # the layout section: test_cuda.py's two cases
     assert "Result: 3 of 3 passed." in text  # opcheck: forward twice, backward once
     assert "| GRU bi | 4, 2, 6 | `native` / `native` |" in text
     assert "| CudnnGRU(2, 32, bidirectional), input 16 | aot_eager |" in text
+    assert "training step" in text and "Largest output difference from torch.nn" in text
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("gpu-check: wrote ")
 
 

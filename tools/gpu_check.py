@@ -13,7 +13,9 @@
    ``CudnnLSTM`` and ``CudnnGRU``, training step and no-grad forward against eager;
 5. **benchmark**: our layers against ``torch.nn`` (cuDNN) with the same weights
    (``convert.to_torch``), inference and training step, ours and theirs taking turns in blocks
-   of calls issued back to back.
+   of calls issued back to back;
+6. **drop-ins**: a torch.nn model before and after ``cudnn_rnn.nn.replace_rnns``, its output
+   and its training step (issue 38's target: at most 1.03 of torch.nn's time).
 
 A section that raises is reported as failed with its error line and the others still run. The
 report (``gpu.md`` in ``--out``) starts with a status line; the exit status is 1 when anything
@@ -51,6 +53,7 @@ __all__ = [
     "Section",
     "check_bench",
     "check_compile",
+    "check_dropin",
     "check_layout",
     "check_opcheck",
     "check_tests",
@@ -1012,6 +1015,70 @@ the rows bound by the host is an autograd node in C++ (torch.nn's), not Python's
 """
 
 
+DROPIN_SIZES = (32, 60, 256)
+"""Batch, time and hidden size of the drop-in section's model (issue 38's: B 32, T 60, H 256)."""
+
+
+def dropin_models(device: str, hidden: int = 256) -> dict[str, torch.nn.Module]:
+    """A torch.nn model (Embedding -> 2-layer bidirectional LSTM -> GRU -> Linear, hidden size
+    ``hidden``) and the same weights after ``cudnn_rnn.nn.replace_rnns``, on ``device``."""
+    import cudnn_rnn.nn as cnn
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(1000, 128)
+            self.lstm = torch.nn.LSTM(
+                128, hidden, num_layers=2, bidirectional=True, batch_first=True
+            )
+            self.gru = torch.nn.GRU(2 * hidden, hidden, batch_first=True)
+            self.head = torch.nn.Linear(hidden, 10)
+
+        def forward(self, tokens: Tensor) -> Tensor:
+            return self.head(self.gru(self.lstm(self.embed(tokens))[0])[0])  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    theirs = Model().to(device)
+    ours = cnn.replace_rnns(Model().to(device))
+    ours.load_state_dict(theirs.state_dict())
+    return {"cudnn_rnn.nn": ours, "torch.nn": theirs}
+
+
+def check_dropin(section: Section, device: str = "cuda") -> None:
+    """``cudnn_rnn.nn`` after ``replace_rnns`` against torch.nn on cuDNN: the same model's
+    output, then its training step (``DROPIN_SIZES``) in alternating blocks; the issue's target is
+    at most 1.03 of torch.nn's time."""
+    batch, time, hidden = DROPIN_SIZES
+    models = dropin_models(device, hidden)
+    tokens = torch.randint(0, 1000, (batch, time), device=device)
+    target = torch.randint(0, 10, (batch * time,), device=device)
+    with torch.no_grad():
+        diff = _max_diff(models["cudnn_rnn.nn"](tokens), models["torch.nn"](tokens))
+    steps = {}
+    for name, model in models.items():
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def step(model: torch.nn.Module = model, opt: Any = opt) -> None:
+            opt.zero_grad(set_to_none=True)
+            out = model(tokens).reshape(-1, 10)
+            torch.nn.functional.cross_entropy(out, target).backward()  # type: ignore[no-untyped-call]
+            opt.step()
+
+        steps[name] = step
+    ms = block_ms(steps, device)
+    ratio = ms["cudnn_rnn.nn"] / ms["torch.nn"]
+    section.body += table(
+        ["", "torch.nn ms", "cudnn_rnn.nn ms", "ratio", "target", "met"],
+        [["training step", f"{ms['torch.nn']:.2f}", f"{ms['cudnn_rnn.nn']:.2f}",
+          f"**{ratio:.3f}**", "<= 1.03", "yes" if ratio <= 1.03 else "**no**"]],
+    )  # fmt: skip
+    section.body.append("")
+    section.body.append(f"Largest output difference from torch.nn: {diff:.2e}.")
+    section.summary = f"training step {ratio:.3f} of torch.nn's; outputs within {diff:.1e}"
+    if diff > 1e-4:
+        section.fail(f"outputs differ from torch.nn's by {diff:.2e}")
+
+
 def status_line(sections: Sequence[Section], pending: Sequence[str] = ()) -> str:
     """The report's first line: all passed, or what failed (and what had not run yet)."""
     bad = [s for s in sections if s.status == FAILED]
@@ -1122,6 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("opcheck of the custom operators", partial(check_opcheck, device=device)),
         ("torch.compile(fullgraph=True) against eager", partial(check_compile, device=device)),
         ("Benchmark against torch.nn (cuDNN)", partial(check_bench, device=device)),
+        ("cudnn_rnn.nn drop-ins against torch.nn (cuDNN)", partial(check_dropin, device=device)),
     ]
     out = Path(args.out)
     sections: list[Section] = []

@@ -111,8 +111,11 @@ def test_float32_on_the_engines_agrees_with_torch_nn(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_initialisation_parameters_state_dict_and_repr_are_torch_nns(kind: str) -> None:
-    a, b = _pair(kind, seed=7, num_layers=2, bidirectional=True)
+@pytest.mark.parametrize("placement", [{}, {"device": "cpu", "dtype": torch.float64}])
+def test_initialisation_parameters_state_dict_and_repr_are_torch_nns(
+    kind: str, placement: dict[str, Any]
+) -> None:
+    a, b = _pair(kind, seed=7, num_layers=2, bidirectional=True, **placement)
     assert [n for n, _ in a.named_parameters()] == [n for n, _ in b.named_parameters()]
     for (n, p), q in zip(a.named_parameters(), b.parameters()):
         assert type(p) is tnn.Parameter and torch.equal(p, q), n  # the same values drawn
@@ -127,7 +130,7 @@ def test_initialisation_parameters_state_dict_and_repr_are_torch_nns(kind: str) 
         assert getattr(a, name) == getattr(b, name), name
     # state_dict loads both ways
     torch.manual_seed(8)
-    other = KINDS[kind][1](IN, H, num_layers=2, bidirectional=True, **KINDS[kind][2])
+    other = KINDS[kind][1](IN, H, num_layers=2, bidirectional=True, **KINDS[kind][2], **placement)
     a.load_state_dict(other.state_dict())
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), other.parameters()))
     b.load_state_dict(a.state_dict())

@@ -53,6 +53,36 @@ def test_every_rnn_is_swapped_with_its_weights_keys_and_mode() -> None:
     assert type(lone) is cnn.LSTM and lone.weight_hh_l0.dtype == torch.float64
 
 
+def test_an_optimizer_made_before_the_swap_trains_the_replaced_model() -> None:
+    """replace_rnns keeps the Parameter objects: an optimizer made before it (and its state)
+    trains the new modules, as if torch.nn's had stayed (float64, dropout off)."""
+    torch.manual_seed(3)
+    theirs = Tagger(torch.float64)
+    ours = Tagger(torch.float64)
+    ours.load_state_dict(theirs.state_dict())
+    data = [(torch.randint(0, 20, (4, 7)), torch.randint(0, 3, (4,))) for _ in range(3)]
+    opts = [torch.optim.Adam(m.parameters(), lr=0.01) for m in (theirs, ours)]
+    before = {name: id(p) for name, p in ours.named_parameters()}
+    for step, (tokens, target) in enumerate(data * 2):
+        if step == 2:
+            cnn.replace_rnns(ours)  # mid-training, the optimizer's state (moments) kept
+            assert type(ours.gru) is cnn.GRU and type(ours.cell) is cnn.GRUCell
+            assert {name: id(p) for name, p in ours.named_parameters()} == before
+        for model, opt in zip((theirs, ours), opts):
+            opt.zero_grad()
+            tnn.functional.cross_entropy(model(tokens), target).backward()
+            opt.step()
+    for (n, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-9, rtol=1e-9, msg=n)
+    # Each parameter is a view of its module's one buffer; restore_rnns gives them back.
+    assert ours.gru.weight_hh_l0.untyped_storage().data_ptr() == (
+        ours.gru.weight_ih_l0.untyped_storage().data_ptr()
+    )
+    cnn.restore_rnns(ours)
+    assert {name: id(p) for name, p in ours.named_parameters()} == before
+    assert type(ours.gru) is tnn.GRU
+
+
 def test_flags_and_subclasses() -> None:
     class Mine(tnn.LSTM):  # a subclass may change the forward: left alone
         pass

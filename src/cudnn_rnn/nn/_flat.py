@@ -73,10 +73,11 @@ def aliases(flat: Tensor | None, params: Sequence[Tensor], where: Sequence[Block
 def owned(params: Sequence[object]) -> bool:
     """Whether ``params`` are parameters a module owns (leaf ``nn.Parameter``s), which
     :func:`flatten` may point at its buffer; not a call's own tensors
-    (``torch.func.functional_call``, a transform's wrapped tensors), which it must not touch."""
-    return not torch._C._are_functorch_transforms_active() and all(
-        isinstance(p, torch.nn.Parameter) and p.is_leaf for p in params
-    )
+    (``torch.func.functional_call``, a transform's wrapped tensors, the fake tensors that
+    ``torch.compile`` and ``torch.export`` trace with), which it must not touch."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    return all(isinstance(p, torch.nn.Parameter) and p.is_leaf for p in params)
 
 
 def flatten(params: Sequence[Tensor], layout: Layout, where: Sequence[Block]) -> Tensor:
@@ -93,7 +94,7 @@ def flatten(params: Sequence[Tensor], layout: Layout, where: Sequence[Block]) ->
 
 
 def warn_not_flat() -> None:
-    warnings.warn(NOT_FLAT, UserWarning, stacklevel=4)
+    warnings.warn(NOT_FLAT, UserWarning, stacklevel=5)
 
 
 class _Gather(torch.autograd.Function):
@@ -115,6 +116,46 @@ def gathered(flat: Tensor, params: Sequence[Tensor], where: Sequence[Block]) -> 
     if not torch.is_grad_enabled() or not any(p.requires_grad for p in params):
         return flat
     return _Gather.apply(flat, tuple(where), *params)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def traced() -> bool:
+    """Whether ``torch.jit.trace`` is recording this call."""
+    return torch._C._get_tracing_state() is not None
+
+
+def for_call(
+    flat: Tensor | None,
+    params: Sequence[Tensor],
+    layout: Layout,
+    where: Sequence[Block],
+    *,
+    warn: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """The operator's ``params`` for one call of a module whose buffer is ``flat``, and the
+    module's buffer after it. The buffer itself, differentiable for ``params`` (no copy), where
+    they are its views; made again (once, saying so where ``warn``: torch.nn's warning) where a
+    parameter's ``.data`` was reassigned; or one made from ``params`` for this call only where
+    they are not the module's to point at it, or where the call is traced (``torch.compile``,
+    ``torch.export``, ``torch.jit.trace``: the graph then reads the parameters, not a constant
+    copy of them) or under a ``torch.func`` transform."""
+    if traced():
+        # One graph for grad mode and no_grad (torch.jit.trace checks its trace under no_grad):
+        # the buffer requires grad where a parameter does, so the traced operator keeps what a
+        # backward needs either way.
+        with torch.enable_grad():
+            return concatenated(params, layout, where), flat
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._are_functorch_transforms_active()
+        or (not aliases(flat, params, where) and not owned(params))
+    ):
+        return concatenated(params, layout, where), flat
+    if not aliases(flat, params, where):
+        if warn:
+            warn_not_flat()
+        flat = flatten(params, layout, where)
+    assert flat is not None  # (aliases: a buffer)
+    return gathered(flat, params, where), flat
 
 
 def concatenated(params: Sequence[Tensor], layout: Layout, where: Sequence[Block]) -> Tensor:

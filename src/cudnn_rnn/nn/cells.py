@@ -78,19 +78,12 @@ class _Cell(tnn.Module):
             self._flat = _flat.flatten(params, self._layout, self._blocks)
 
     def _buffer(self) -> Tensor:
-        """As :meth:`cudnn_rnn.nn.modules._Fused._buffer`."""
-        params = self._weights()
-        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-            # (a graph, or a transform's wrapped tensors: the weights as this call's inputs)
-            return _flat.concatenated(params, self._layout, self._blocks)
-        if not _flat.aliases(self._flat, params, self._blocks):
-            if not _flat.owned(params):
-                return _flat.concatenated(params, self._layout, self._blocks)
-            self._flat = None  # a parameter replaced or its .data reassigned (torch.nn's cells
-            # keep no flat buffer, so they say nothing of it either)
-            self.flatten_parameters()
-        assert self._flat is not None
-        return _flat.gathered(self._flat, params, self._blocks)
+        """As :meth:`cudnn_rnn.nn.modules._Fused._buffer`; torch.nn's cells keep no flat
+        buffer, so they say nothing when it is made again."""
+        params, self._flat = _flat.for_call(
+            self._flat, self._weights(), self._layout, self._blocks, warn=False
+        )
+        return params
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         ret = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]

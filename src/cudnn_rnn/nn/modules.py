@@ -83,17 +83,19 @@ def spec_of(module: Any) -> RNNSpec:
 def checked(torch_class: type[tnn.Module], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """torch.nn's module of these arguments on the ``meta`` device (no memory, no random
     numbers drawn): torch.nn's own checks, exceptions and warnings, and its configuration."""
+    meta = {**kwargs, "device": "meta"} if "device" in kwargs else kwargs
     with torch.device("meta"):
-        return torch_class(*args, **kwargs)
+        return torch_class(*args, **meta)
 
 
 def placed(reference: tnn.Module, kwargs: dict[str, Any]) -> tuple[torch.device, torch.dtype]:
     """The device and dtype the caller asked for (torch's default device where none was)."""
     first = next(reference.parameters())
-    device = first.device
-    if device.type == "meta" and "device" not in kwargs:
-        device = torch.get_default_device()
-    return device, first.dtype
+    asked = kwargs.get("device")
+    if asked is not None:
+        return torch.device(asked), first.dtype
+    device = first.device  # meta, unless given by position
+    return (torch.get_default_device() if device.type == "meta" else device), first.dtype
 
 
 def own_parameters(
@@ -169,21 +171,19 @@ class _Fused(tnn.Module):
             self._flat = _flat.flatten(params, self._layout, self._blocks)  # type: ignore[arg-type]
 
     def _buffer(self) -> Tensor:
-        """The operator's ``params`` for this call: the buffer, differentiable for the
-        parameters (no copy); or, where the weights are not its views, one made from them."""
-        params: list[Tensor] = self._flat_weights  # type: ignore[assignment]
-        layout = self._layout
-        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-            # (a graph, or a transform's wrapped tensors: the weights as this call's inputs)
-            return _flat.concatenated(params, layout, self._blocks)
-        if not _flat.aliases(self._flat, params, self._blocks):
-            if not _flat.owned(params):  # torch.func.functional_call: this call's weights
-                return _flat.concatenated(params, layout, self._blocks)
-            _flat.warn_not_flat()  # a parameter's .data reassigned
-            self._flat = None
-            self.flatten_parameters()
-        assert self._flat is not None
-        return _flat.gathered(self._flat, params, self._blocks)
+        """The operator's ``params`` for this call (:func:`cudnn_rnn.nn._flat.for_call`)."""
+        if torch.compiler.is_compiling() or _flat.traced():
+            # The parameters as the graph has them, leaving the module's list alone (an
+            # export takes a tensor attribute assigned while tracing for a lost buffer; a
+            # trace must read them in the same order on every call).
+            weights = [getattr(self, name) for name in self._flat_weights_names]
+        else:
+            self._update_flat_weights()
+            weights = self._flat_weights
+        params, self._flat = _flat.for_call(
+            self._flat, weights, self._layout, self._blocks, warn=True
+        )
+        return params
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         self._flat_weight_refs = []
@@ -217,7 +217,6 @@ class _Fused(tnn.Module):
         sequence of a padded batch (``[B]`` ints in ``[1, T]``; ``[1]`` or an int for an
         unbatched input): outputs past a length are 0, and the final states are each
         sequence's last valid step's, as with a ``PackedSequence`` but without packing."""
-        self._update_flat_weights()
         lstm = self.mode == "LSTM"
         num_directions = 2 if self.bidirectional else 1
         hidden = self.proj_size if self.proj_size > 0 else self.hidden_size

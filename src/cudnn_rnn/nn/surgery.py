@@ -3,12 +3,12 @@
 :func:`replace_rnns` walks a model and puts, in place of each ``torch.nn.LSTM``, ``GRU``,
 ``RNN``, ``LSTMCell``, ``GRUCell`` and ``RNNCell`` (exactly those classes: a subclass may
 change their forward, so it is left alone), the module of :mod:`cudnn_rnn.nn` of the same
-configuration, with the same weights (copied into its one buffer), device, dtype, train/eval
-mode and ``requires_grad`` flags. The names of the submodules and of their parameters do not
-change, so the model's ``state_dict`` keys stay the same: existing checkpoints load, and a
-training script's optimizer made after the swap sees the same parameter names. An optimizer
-made before the swap holds the old parameters: make it after. :func:`restore_rnns` is the
-inverse (for code that needs torch.nn's own classes: ``torch.jit.script``, quantization).
+configuration, with the same weights (the same ``Parameter`` objects, their values moved into
+its one buffer), device, dtype, train/eval mode and ``requires_grad`` flags. The names of the
+submodules and of their parameters do not change, so the model's ``state_dict`` keys stay the
+same: existing checkpoints load, and an optimizer (or a hook) made before the swap holds the
+parameters the new module trains. :func:`restore_rnns` is the inverse (for code that needs
+torch.nn's own classes: ``torch.jit.script``, quantization).
 
 >>> import torch, cudnn_rnn.nn
 >>> model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.LSTM(4, 8, batch_first=True))
@@ -69,13 +69,27 @@ def _arguments(module: Any) -> tuple[dict[str, Any], torch.device, torch.dtype]:
 
 
 def _swapped(module: tnn.Module, to: type[tnn.Module]) -> tnn.Module:
+    """``module``'s replacement of class ``to``, holding ``module``'s own Parameter objects
+    (an optimizer or a hook that holds them keeps working), their values in its storage."""
     kwargs, device, dtype = _arguments(module)
     with torch.device("meta"):  # no random numbers drawn, no memory: the values come next
         new = to(**kwargs, dtype=dtype)
     new = new.to_empty(device=device)
-    new.load_state_dict(module.state_dict())
-    for (_, p), (_, q) in zip(module.named_parameters(), new.named_parameters()):
-        q.requires_grad_(p.requires_grad)
+    old = dict(module.named_parameters(recurse=False))
+    if list(old) != [name for name, _ in new.named_parameters(recurse=False)]:
+        raise RuntimeError(  # (our classes mirror torch.nn's names: a bug, not bad input)
+            f"replace_rnns: {type(new).__name__} names its parameters "
+            f"{[n for n, _ in new.named_parameters()]}, {type(module).__name__} {list(old)}"
+        )
+    with torch.no_grad():
+        for name, param in old.items():
+            param.data = param.detach().clone()  # its own storage, not the old module's buffer
+            setattr(new, name, param)
+    # The module's list of its weights made again (the RNNs); ours: the values into the one
+    # buffer, each parameter its view.
+    init = getattr(new, "_init_flat_weights", None) or getattr(new, "flatten_parameters", None)
+    if init is not None:
+        init()
     new.train(module.training)
     return new
 
