@@ -615,3 +615,65 @@ def test_a_planned_call_gives_fresh_outputs_and_falls_back_where_it_must(
         assert ran[0] == "native" and ran[1] != "native", ran
     for a, b in zip(native_out, other_out):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.trace` is deprecated:DeprecationWarning")
+def test_one_rule_picks_the_route_from_who_watches_the_call() -> None:
+    """operator.route: plain eager calls skip the dispatcher, anything watching sees the
+    operator (a JIT trace, a compile/export, a transform) or standard ONNX nodes."""
+    Route = operator.Route
+    x = torch.randn(3, 2, 5)
+    w = torch.randn(7, requires_grad=True)
+    assert operator.route(False, False, w, x) is Route.DIRECT
+    assert operator.route(True, False, w, x) is Route.DIRECT_GRAD
+    assert operator.route(False, True, w, x) is Route.OP  # torch.compile / torch.export
+    assert operator.route(True, True, w, x) is Route.FUNCTION
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False):  # a dispatch mode sees the operator
+        assert operator.route(False, False, w, x) is Route.OP
+    seen: list[Any] = []
+
+    def traced(t: torch.Tensor) -> torch.Tensor:
+        seen.append(operator.route(False, False, w, t))
+        return t * 2
+
+    torch.jit.trace(traced, (x,), check_trace=False)
+    assert seen == [Route.TRACE]
+    seen.clear()
+    torch.func.vmap(lambda t: (seen.append(operator.route(True, False, w, t)), t)[1])(x)
+    assert seen == [Route.FUNCTION]
+
+
+def test_lengths_are_checked_once_per_training_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layer checks the lengths; neither the operator's forward nor its backward checks
+    them again. A call through the dispatcher (a graph, torch.ops) checks them itself."""
+    from cudnn_rnn import ops
+
+    counts = {"caller": 0, "operator": 0}
+
+    def counting(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(ops, "check_lengths", counting("caller", ops.check_lengths))
+    monkeypatch.setattr(operator, "_check_lengths", counting("operator", operator._check_lengths))
+    layer = _layer("gru")
+    x = torch.randn(6, 3, 5)
+    out, _ = layer(x, sequence_lengths=[6, 2, 4])
+    out.sum().backward()
+    assert counts == {"caller": 1, "operator": 0}
+    with torch.no_grad():
+        layer(x, sequence_lengths=[6, 2, 4])
+    assert counts == {"caller": 2, "operator": 0}
+    spec = layer._op._spec
+    bad = torch.tensor([7, 2, 4])
+    with pytest.raises(ValueError, match=r"sequence_lengths must be in \[1, 6\]"):
+        torch.ops.cudnn_rnn.rnn(
+            layer.opaque_kernel.detach(), x, torch.zeros(2 * 2, 3, 4), None, bad, None,
+            *operator.static_of(spec), 0.0, 0, False, False,
+        )  # fmt: skip
+    assert counts["operator"] == 1

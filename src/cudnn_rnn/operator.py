@@ -24,6 +24,16 @@ call is being compiled or exported), never by timing. The operator does what is 
 every engine: it checks the lengths, draws the dropout masks for the engines that take them,
 answers ``batch == 0`` and makes the fake outputs from what the engine says it keeps.
 
+One way in: every layer, op, cell and ``cudnn_rnn.nn`` module calls :func:`rnn` (the layers'
+zero-state calls go through :func:`planned_call`, which keeps the call between calls and then
+runs the same implementation). :func:`route` is the one rule that picks how the call reaches
+the operator's one implementation (:func:`_engine_forward`, where a forward meets its engine):
+directly in plain eager execution, through the dispatcher wherever a compiler, tracer, mode or
+transform watches, as ONNX nodes under ``torch.onnx.export`` (:class:`Route`). The lengths are
+checked once: by :func:`rnn`'s caller (``validation.check_lengths``), or on entry by a call
+that comes through the dispatcher (a graph does not check the values it was traced with);
+never again in the backward.
+
 Dropout masks come from ``seed`` and the counter ``dropout_step`` (a 0-d int64 tensor the caller
 owns and advances after each call): call ``k`` draws them from
 ``torch.Generator().manual_seed((seed + k * 0x9E3779B97F4A7C15) mod 2**64)``, layer by layer, as
@@ -56,6 +66,7 @@ torch raises its own error there.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import inspect
 from typing import Any, NamedTuple, cast
@@ -76,7 +87,7 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import loop
 from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Outputs, Saved
 
-__all__ = ["GOLDEN", "EagerPlan", "planned_call", "rnn"]
+__all__ = ["GOLDEN", "EagerPlan", "Route", "planned_call", "rnn", "route"]
 
 #: The odd constant that spaces the per-call dropout seeds (2**64 / golden ratio).
 GOLDEN = 0x9E3779B97F4A7C15
@@ -113,10 +124,20 @@ def _layout(static: Static) -> Layout:
     )
 
 
+def _cpu_lengths(lengths: Tensor | None) -> Tensor | None:
+    """The lengths as the engines take them (a CPU int64 tensor), not checked again: they were
+    when the forward call entered (:func:`_check_lengths`, or its caller's
+    :func:`cudnn_rnn.validation.check_lengths`)."""
+    return lengths.to("cpu", torch.int64) if lengths is not None else None
+
+
 def _check_lengths(lengths: Tensor | None, steps: int) -> Tensor | None:
-    if lengths is None:
+    """The lengths of a call that entered through the dispatcher (``torch.ops.cudnn_rnn.rnn``,
+    a compiled or exported graph, a transform), whose caller may not have checked them
+    (a graph checks nothing of the values it was traced with): in ``[1, steps]``."""
+    t = _cpu_lengths(lengths)
+    if t is None:
         return None
-    t = lengths.to("cpu", torch.int64)
     if t.numel() and (int(t.min()) < 1 or int(t.max()) > steps):
         raise ValueError(
             f"cudnn_rnn::rnn: sequence_lengths must be in [1, {steps}] (the number of time "
@@ -220,10 +241,12 @@ def _setup(
     seed: int,
     need_grad: bool,
     traced: bool,
+    planned: Call | None = None,
 ) -> tuple[Call, Engine, Kept, Tensor | None]:
     """The call, the engine the rule table picks for it, what it keeps, and the dropout masks
-    drawn for the engines that take them (None otherwise)."""
-    call = _call(static, x, need_grad, lengths, traced, dropout)
+    drawn for the engines that take them (None otherwise). ``planned``: the call as an
+    :class:`EagerPlan` keeps it (without dropout), which this call is."""
+    call = planned or _call(static, x, need_grad, lengths, traced, dropout)
     if call.dropout > 0:
         call = call._replace(seed=_call_seed(seed, dropout_step))
     engine = engines.engine_for(call)
@@ -248,6 +271,34 @@ def _inputs(
     return Inputs(params.contiguous(), x.contiguous(), h0.contiguous(), c0, lengths, masks)
 
 
+def _engine_forward(
+    params: Tensor,
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    lengths: Tensor | None,
+    dropout_step: Tensor | None,
+    static: Static,
+    dropout: float,
+    seed: int,
+    need_grad: bool,
+    traced: bool,
+    checked: bool,
+    planned: Call | None = None,
+) -> tuple[Call, Kept, Tensor | None, Outputs | None]:
+    """The one place a forward reaches an engine: the call, what its engine keeps, the masks
+    drawn for it, and the engine's outputs on contiguous inputs (None for an empty batch,
+    which no engine sees). ``checked``: the lengths are a CPU int64 tensor its caller checked
+    (:func:`rnn`'s direct routes); otherwise they are checked here."""
+    cpu_lengths = lengths if checked else _check_lengths(lengths, int(x.shape[0]))
+    call, engine, kept, masks = _setup(
+        params, x, lengths, dropout_step, static, dropout, seed, need_grad, traced, planned
+    )
+    if int(x.shape[1]) == 0:
+        return call, kept, masks, None
+    return call, kept, masks, engine.forward(call, _inputs(params, x, h0, c0, cpu_lengths, masks))
+
+
 def _forward_impl(
     params: Tensor,
     x: Tensor,
@@ -260,53 +311,26 @@ def _forward_impl(
     seed: int,
     need_grad: bool,
     traced: bool,
+    checked: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, list[Tensor]]:
-    steps, batch = int(x.shape[0]), int(x.shape[1])
-    cpu_lengths = _check_lengths(lengths, steps)
-    call, engine, kept, masks = _setup(
-        params, x, lengths, dropout_step, static, dropout, seed, need_grad, traced
-    )
-    spec = call.spec
+    """The operator's forward: :func:`_engine_forward` with the outputs of the schema."""
+    call, kept, masks, out = _engine_forward(
+        params, x, h0, c0, lengths, dropout_step, static, dropout, seed, need_grad, traced,
+        checked,
+    )  # fmt: skip
     masks_out = masks if masks is not None else _empty(x)
-    if batch == 0:  # as torch.nn: empty outputs and states; what the fake says, with no batch
-        y = x.new_empty(steps, 0, spec.num_dirs * spec.output_units)
+    if out is None:  # as torch.nn: empty outputs and states; what the fake says, with no batch
+        spec = call.spec
+        y = x.new_empty(int(x.shape[0]), 0, spec.num_dirs * spec.output_units)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
         reserve = [r.make(x, 0) for r in kept.reserve]
         workspace = x.new_empty(kept.workspace if kept.workspace is not None else 0)
         return y, h0.new_empty(h0.shape), cy, masks_out, workspace, reserve
-    out = engine.forward(call, _inputs(params, x, h0, c0, cpu_lengths, masks))
     cy = out.cy.contiguous() if out.cy is not None else _empty(x)
     workspace = out.workspace if out.workspace is not None else _empty(x)
     return (
         out.y.contiguous(), out.hy.contiguous(), cy, masks_out, workspace, list(out.reserve)
     )  # fmt: skip
-
-
-def _eager_forward(
-    params: Tensor,
-    x: Tensor,
-    h0: Tensor,
-    c0: Tensor | None,
-    lengths: Tensor | None,
-    dropout_step: Tensor | None,
-    static: Static,
-    dropout: float,
-    seed: int,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """:func:`_forward_impl` without gradient for a plain eager caller (see :func:`rnn`), who
-    has checked the lengths already (a CPU int64 ``[B]`` in ``[1, T]``) and uses only the
-    outputs and final states: the same engine by the same rule and the same bits, without
-    making the outputs only the operator's schema needs."""
-    if int(x.shape[1]) == 0:
-        y, hy, c_n, *_ = _forward_impl(
-            params, x, h0, c0, lengths, dropout_step, static, dropout, seed, False, False
-        )
-        return y, hy, (c_n if c0 is not None else None)
-    call, engine, _, masks = _setup(
-        params, x, lengths, dropout_step, static, dropout, seed, False, False
-    )
-    out = engine.forward(call, _inputs(params, x, h0, c0, lengths, masks))
-    return _finished(out, c0 is not None)
 
 
 def _finished(out: Outputs, has_c: bool) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -420,7 +444,7 @@ def _backward_impl(
     has_c = c0 is not None
     saved = Saved(
         params.contiguous(), x.contiguous(), h0.contiguous(),
-        c0.contiguous() if c0 is not None else None, _check_lengths(lengths, int(x.shape[0])),
+        c0.contiguous() if c0 is not None else None, _cpu_lengths(lengths),
         masks if masks.dim() == 4 else None,  # an empty 1-D tensor: no dropout masks
         y, hy, cy if has_c else None, workspace, list(reserve), again, need_dx,
     )  # fmt: skip
@@ -652,7 +676,7 @@ def _differentiable_grads(
     layout = _layout(tuple(ctx.static))
     # Constants of the call (an empty 1-D tensor: no dropout masks).
     drawn = masks.detach() if masks.dim() == 4 else None
-    cpu_lengths = _check_lengths(lengths, int(x.shape[0]))
+    cpu_lengths = _cpu_lengths(lengths)
     with torch.enable_grad(), _no_autocast(x.device):
         y, hy, cy, _ = loop.forward(
             layout, *_inputs(params, x, h0, c0, cpu_lengths, drawn), keep=False
@@ -700,7 +724,7 @@ class _RNNFunction(torch.autograd.Function):
             # What the operator would run, without its dispatch (see _direct).
             with _no_autocast(x.device):
                 *fixed, reserve = _forward_impl(
-                    params, x, h0, c0, lengths, step, static, dropout, seed, True, traced
+                    params, x, h0, c0, lengths, step, static, dropout, seed, True, traced, True
                 )
         else:
             *fixed, reserve = _rnn_op(
@@ -799,9 +823,8 @@ def planned_call(
         and x.is_contiguous()
         and params.is_contiguous()
         and not (torch.is_grad_enabled() and (x.requires_grad or params.requires_grad))
-        and not torch.compiler.is_compiling()
         and not torch.is_autocast_enabled(x.device.type)
-        and _plain_eager(params, x)
+        and route(False, torch.compiler.is_compiling(), params, x) is Route.DIRECT
     ):
         return None
     if (
@@ -818,8 +841,22 @@ def planned_call(
         if plan is None:
             return None
     xt = x if time_major else x.transpose(0, 1).contiguous()
-    call = plan.call
-    out = engines.engine_for(call).forward(call, Inputs(params, xt, plan.h0, plan.c0, None, None))
+    *_, out = _engine_forward(
+        params,
+        xt,
+        plan.h0,
+        plan.c0,
+        None,
+        None,
+        static_of(spec),
+        0.0,
+        0,
+        False,
+        False,
+        True,
+        plan.call,
+    )
+    assert out is not None  # (a plan is made for a non-empty batch only)
     y, hy, cy = _finished(out, plan.c0 is not None)
     return plan, ((y if time_major else y.transpose(0, 1)), hy, cy)
 
@@ -839,6 +876,43 @@ def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> Eag
     h0 = x.new_zeros(spec.num_states, batch, spec.output_units)
     c0 = x.new_zeros(spec.num_states, batch, spec.num_units) if spec.mode == CUDNN_LSTM else None
     return EagerPlan(call, x.shape, time_major, params.shape, h0, c0)
+
+
+class Route(enum.Enum):
+    """How :func:`rnn` reaches the engine. Every route runs the operator's one implementation
+    (:func:`_forward_impl`: the rule table's engine, then the backward's): through the
+    dispatcher wherever anything but plain eager execution could see the call, called directly
+    where nothing else can (the same engine, the same bits, without the dispatcher's round
+    trip, which is half the cost of a tiny call)."""
+
+    #: No gradient, plain eager: the implementation, called directly.
+    DIRECT = "direct"
+    #: Gradient, plain eager: torch's C ``apply`` of :class:`_RNNFunction`, whose forward and
+    #: backward call the implementations directly (no argument binding, no dispatch).
+    DIRECT_GRAD = "direct_grad"
+    #: ``torch.onnx.export`` (either exporter): standard ONNX nodes (:mod:`cudnn_rnn.export`).
+    ONNX = "onnx"
+    #: ``torch.jit.trace``: the operator, so that the trace records (and saves) it.
+    TRACE = "trace"
+    #: Gradient under a ``torch.func`` transform, a mode or a tensor subclass: the Function.
+    FUNCTION = "function"
+    #: Everything else (compiled, exported, no gradient under a mode): the operator.
+    OP = "op"
+
+
+def route(need_grad: bool, traced: bool, *tensors: Tensor | None) -> Route:
+    """The one rule that picks a call's :class:`Route` from what the call needs and what
+    watches it (``traced``: ``torch.compile`` or ``torch.export``; ``tensors``: the call's),
+    never from timing. The lengths were checked once by :func:`rnn`'s caller; a call through
+    the dispatcher checks them on entry (a graph does not check the values it was traced
+    with), and no backward checks them again."""
+    if not traced and (_direct(*tensors) if need_grad else _plain_eager(*tensors)):
+        return Route.DIRECT_GRAD if need_grad else Route.DIRECT
+    if export.onnx_exporting(traced):
+        return Route.ONNX
+    if not traced and torch._C._get_tracing_state() is not None:
+        return Route.TRACE
+    return Route.FUNCTION if need_grad else Route.OP
 
 
 def rnn(
@@ -871,30 +945,39 @@ def rnn(
     )
     traced = torch.compiler.is_compiling()
     lstm = spec.mode == CUDNN_LSTM
+    way = route(need_grad, traced, params, x, h0, c0, lengths, step)
     out: Any
-    if need_grad and not traced and _direct(params, x, h0, c0, lengths, step):
+    if way is Route.ONNX:
+        return export.onnx_rnn(spec, params, x, h0, c0, lengths, traced)
+    if way is Route.DIRECT:
+        with _no_autocast(x.device):
+            *_, done = _engine_forward(
+                params, x, h0, c0, lengths, step, static, dropout, seed, False, False, True
+            )
+            out = (
+                _finished(done, lstm)
+                if done is not None
+                else _forward_impl(
+                    params, x, h0, c0, lengths, step, static, dropout, seed, False, False, True
+                )
+            )
+    elif way is Route.DIRECT_GRAD:
         out = _APPLY(  # type: ignore[no-untyped-call]
             params, x, h0, c0, lengths, step, static, dropout, seed, traced
         )
-    elif not need_grad and not traced and _plain_eager(params, x, h0, c0, lengths, step):
-        # What the operator would run, without its dispatch (half the cost of a tiny call).
-        with _no_autocast(x.device):
-            out = _eager_forward(params, x, h0, c0, lengths, step, static, dropout, seed)
-    elif export.onnx_exporting(traced):  # torch.onnx.export: standard ONNX nodes, no dropout
-        return export.onnx_rnn(spec, params, x, h0, c0, lengths, traced)
-    elif not traced and torch._C._get_tracing_state() is not None:
-        # torch.jit.trace records the operator (torch.jit.save writes it), not a Python
-        # Function; its registered autograd differentiates it. The trace is one graph for
-        # grad mode and no_grad (torch.jit.trace checks it under no_grad): it keeps what the
-        # backward needs where an input requires grad, whatever the grad mode.
-        keep = any(t is not None and t.requires_grad for t in (params, x, h0, c0))
-        out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, keep, traced)
-    elif need_grad:
+    elif way is Route.FUNCTION:
         out = _RNNFunction.apply(  # type: ignore[no-untyped-call]
             params, x, h0, c0, lengths, step, static, dropout, seed, traced
         )
     else:
-        out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, False, traced)
+        # Route.OP or Route.TRACE. A trace is one graph for grad mode and no_grad
+        # (torch.jit.trace checks it under no_grad): it keeps what the backward needs where
+        # an input requires grad, whatever the grad mode.
+        keep = need_grad or (
+            way is Route.TRACE
+            and any(t is not None and t.requires_grad for t in (params, x, h0, c0))
+        )
+        out = _rnn_op(params, x, h0, c0, lengths, step, *static, dropout, seed, keep, traced)
     y, hy, cy = out[0], out[1], (out[2] if lstm else None)
     if dropout and dropout_step is not None:
         with torch.no_grad():
