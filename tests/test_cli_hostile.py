@@ -250,7 +250,7 @@ def test_tf1_names_that_describe_no_model(
     assert main(["convert", str(prefix), str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     _assert_one_line(err, prefix)
-    assert "holds 0 models" in err
+    assert "holds no RNN (cudnn-rnn inspect shows what it holds)" in err
 
 
 def test_detect_models_skips_what_it_cannot_read() -> None:

@@ -58,7 +58,10 @@ def test_several_models_and_no_choice_is_refused_naming_them(
     )
     assert main(["convert", str(path), str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err
-    assert "holds 2 models ('a', 'b'); pick one with --model NAME (inspect lists them)." in err
+    assert (
+        "holds 2 RNNs that cuDNN's math computes ('a', 'b'); pick one with --model NAME "
+        "(cudnn-rnn inspect lists them)."
+    ) in err
     assert main(["convert", str(path), str(tmp_path / "x.safetensors"), "--model", "c"]) == 2
     assert "no model 'c'; it holds 'a', 'b'" in capsys.readouterr().err
 
@@ -152,7 +155,8 @@ def test_a_whole_network_lists_its_rnns_and_each_converts_by_name(
         assert "found 2 RNN(s), 2 computable by cuDNN's math" in capsys.readouterr().out
         assert main(["convert", str(path), str(tmp_path / "x.safetensors")]) == 2
         err = capsys.readouterr().err
-        assert f"holds 2 models ({lstm!r}, {gru!r}); pick one with --model NAME" in err, kind
+        says = f"holds 2 RNNs that cuDNN's math computes ({lstm!r}, {gru!r}); pick one with "
+        assert says + "--model NAME" in err, kind
         assert not (tmp_path / "x.safetensors").exists()
         for name, inputs, want in ((lstm, x, want_lstm), (gru, y, want_gru)):
             dst = tmp_path / f"{kind}-{name.replace('/', '_')}.safetensors"

@@ -27,7 +27,7 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.errors import CudnnRNNError
 
 if TYPE_CHECKING:
-    from cudnn_rnn import checkpoint, convert, ops
+    from cudnn_rnn import checkpoint, convert, nn, ops
     from cudnn_rnn.cells import (
         BasicRNNCell,
         BidirectionalStack,
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         stack_bidirectional_dynamic_rnn,
     )
     from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
+    from cudnn_rnn.model_files import find_rnns, load
     from cudnn_rnn.saveable import (
         CudnnGRUSaveable,
         CudnnLSTMSaveable,
@@ -58,6 +59,9 @@ _LAZY: dict[str, str | None] = {
     "ops": None,
     "checkpoint": None,
     "convert": None,
+    "nn": None,
+    "load": "model_files",
+    "find_rnns": "model_files",
     **dict.fromkeys(("CudnnLSTM", "CudnnGRU", "CudnnRNNTanh", "CudnnRNNRelu"), "layers"),
     **dict.fromkeys(
         (
@@ -149,6 +153,9 @@ __all__ = [
     "convert",
     "cpu_engine",
     "dynamic_rnn",
+    "find_rnns",
+    "load",
+    "nn",
     "ops",
     "stack_bidirectional_dynamic_rnn",
 ]

@@ -34,6 +34,7 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -267,9 +268,9 @@ def _bench(args: argparse.Namespace) -> None:
         _say(line)
 
 
-def _keras_options(args: argparse.Namespace) -> dict[str, object]:
+def _keras_options(args: argparse.Namespace) -> dict[str, Any]:
     """The Keras .h5 reader's options given on the command line."""
-    options: dict[str, object] = {}
+    options: dict[str, Any] = {}
     if args.keras_version is not None:
         options["confirm_keras_version"] = args.keras_version
     if args.merge_layers:

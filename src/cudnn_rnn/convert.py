@@ -187,8 +187,10 @@ def find_rnns(path: Any, **options: Any) -> Any:
     :class:`cudnn_rnn.formats.found.FoundRNN`, each with where it is (an ONNX node's path at any
     depth, a torch state_dict prefix, a Keras layer path, a checkpoint's scope), its mode, sizes
     and direction, and whether cuDNN's math computes it (and if not, every reason). Its ``name``
-    picks it for the loaders (``from_onnx(path, node=)``, ``from_torch(path, prefix=)``,
-    ``from_keras_h5(path, layers=[...])``, ``cudnn-rnn convert --model``). ``options``:
+    picks it for :func:`cudnn_rnn.load` (``name=``, every format) and the format's own loaders
+    (``from_onnx(path, node=)``, ``from_torch(path, prefix=)``,
+    ``from_keras_h5(path, layers=[...])``, ``cudnn-rnn convert --model``). The same as
+    :func:`cudnn_rnn.find_rnns`. ``options``:
     ``activation`` (plain RNNs whose files do not say tanh or relu) and the Keras reader's
     ``confirm_keras_version``, ``merge_layers``."""
     from cudnn_rnn import model_files

@@ -24,6 +24,7 @@ Nothing is built from a file before its tensors were checked against the model i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +50,16 @@ from cudnn_rnn.saveable import (
 )
 
 __all__ = [
+    "CLI",
+    "PYTHON",
     "READERS",
     "Contents",
+    "Spelling",
     "UnsupportedFormat",
     "UsageError",
     "contents",
     "find_rnns",
+    "load",
     "load_layer",
     "reader_of",
     "tensor_shapes",
@@ -71,6 +76,22 @@ class UnsupportedFormat(files.FormatError):
     """A file whose format, told by its content, the command cannot read (yet), or whose
     content is of no format it knows and whose name says none either."""
 
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a caller spells the choices a message asks for: the ``cudnn-rnn`` command's options
+    (:data:`CLI`) or the Python API's arguments (:data:`PYTHON`), so that an error names what
+    its reader can type."""
+
+    model: str  # picks one RNN of several
+    activation: str  # says tanh or relu where the file does not
+    lister: str  # what lists a file's RNNs
+
+
+CLI = Spelling("--model NAME", "--activation tanh or --activation relu", "cudnn-rnn inspect")
+PYTHON = Spelling(
+    "name=NAME", 'activation="tanh" or activation="relu"', "cudnn_rnn.find_rnns(path)"
+)
 
 #: Each kind :func:`cudnn_rnn.files.sniff` tells -> the reader of its files.
 READERS = {
@@ -180,12 +201,17 @@ def contents(path: str, activation: str | None = None) -> Contents:
     return Contents(reader, shapes, models, skipped)
 
 
-def find_rnns(path: str, activation: str | None = None, **keras: Any) -> list[FoundRNN]:
-    """Every RNN ``path`` holds, whatever its format (see :mod:`cudnn_rnn.formats.found`): ONNX
-    nodes at any depth, torch state_dict groups at any prefix, Keras layers (nested models'
-    too), a checkpoint's models. ``activation`` as in :func:`load_layer`; ``keras`` are
-    :func:`~cudnn_rnn.formats.keras_h5.describe_keras_h5`'s options (``confirm_keras_version``,
-    ``merge_layers``). Each record's ``name`` is what :func:`load_layer`'s ``model`` takes."""
+def find_rnns(
+    path: str | os.PathLike[str], activation: str | None = None, **keras: Any
+) -> list[FoundRNN]:
+    """Every RNN ``path`` holds, whatever its format (``cudnn_rnn.find_rnns``): one
+    :class:`~cudnn_rnn.formats.found.FoundRNN` each, with where it is (ONNX nodes at any depth,
+    torch state_dict groups at any prefix, Keras layers of nested models too, a checkpoint's
+    models), its mode, sizes and direction, and whether cuDNN's math computes it (and if not,
+    every reason). Each record's ``name`` is what :func:`load`'s ``name`` takes.
+    ``activation`` as in :func:`load`; ``keras`` are the Keras .h5 reader's options
+    (``confirm_keras_version``, ``merge_layers``)."""
+    path = os.fspath(path)
     reader = reader_of(path)
     kind = files.sniff(path)
     if reader == "keras_h5":
@@ -243,6 +269,7 @@ def load_layer(
     *,
     model: str | None = None,
     note: Callable[[str], None] | None = None,
+    spelling: Spelling = CLI,
     **keras: Any,
 ) -> _CudnnRNN:
     """One model from any supported file, as our layer.
@@ -252,31 +279,34 @@ def load_layer(
     several); ``layer_name`` is its older name for a Keras ``.h5`` layer. ``keras`` are the
     Keras reader's options (``confirm_keras_version``, ``merge_layers``).
     ``note`` is told, in one line, of what was read otherwise than asked (a TF1 opaque kernel
-    that does not fit, whose biases are then split in halves).
+    that does not fit, whose biases are then split in halves). ``spelling``: how messages name
+    the choices (the command's options, or the Python API's arguments).
     """
     reader = reader_of(path)
     if model is not None and layer_name is not None and model != layer_name:
         raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
     model = model if model is not None else layer_name
     if reader == "keras_h5":
-        return _keras_h5_layer(path, activation, model, keras)
+        return _keras_h5_layer(path, activation, model, keras, spelling)
     if reader == "onnx":
         if model is None:
-            _only_one(path, [f.name for f in onnx_format.find_rnns(path)])
+            # The one RNN the file holds, wherever it is in the graph (a graph that is more than
+            # RNN nodes is read by the node's name).
+            model = _only_one(path, onnx_format.find_rnns(path), spelling)
         return onnx_format.from_onnx(path, node=model)
     if reader == "torch":
-        return _torch_layer(path, model, activation)
+        return _torch_layer(path, model, activation, spelling)
     claims = checkpoint.read_claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
-        return _torch_layer(path, model, activation)
-    config = _pick_model(path, models, model, files.sniff(path))
+        return _torch_layer(path, model, activation, spelling)
+    config = _pick_model(path, models, model, files.sniff(path), spelling)
     mode = config["rnn_mode"]
     if config.get("activation_known") is False:
         if activation is None:
             raise UsageError(
                 f"{path}: {tf_names.BASIC_RNN_CELL} does not say tanh or relu; pass "
-                "--activation tanh or --activation relu."
+                f"{spelling.activation}."
             )
         mode = f"rnn_{activation}"
     expected = _expected_shapes(path, mode, config, len(claims))
@@ -316,32 +346,51 @@ def load_layer(
 
 
 def _pick_model(
-    path: str, models: list[dict[str, Any]], name: str | None, kind: str
+    path: str, models: list[dict[str, Any]], name: str | None, kind: str, spelling: Spelling
 ) -> dict[str, Any]:
     """The model ``name`` picks (its scope or ``#index``), or the only one."""
-    found = [_found_model(i, m, kind).name for i, m in enumerate(models)]
+    found = [_found_model(i, m, kind) for i, m in enumerate(models)]
     if name is None:
-        _only_one(path, found, exactly=True)
-        return models[0]
-    if name not in found:
-        held = files.names(found) or "none"
+        only = _only_one(path, found, spelling)
+        if only is None:
+            raise UsageError(f"{path}: holds no RNN ({spelling.lister} shows what it holds).")
+        return models[[f.name for f in found].index(only)]
+    names = [f.name for f in found]
+    if name not in names:
+        held = files.names(names) or "none"
         raise UsageError(f"{path}: no model {quote(name)}; it holds {held}.")
-    return models[found.index(name)]
+    return models[names.index(name)]
 
 
-def _only_one(path: str, names: list[str], *, exactly: bool = False) -> None:
-    """Refuse a file of several models (or of none, ``exactly``) when no name picks one."""
-    if len(names) > 1 or (exactly and not names):
-        shown = files.names(names)  # (a torch module at the top level is '')
+def _only_one(path: str, found: list[FoundRNN], spelling: Spelling) -> str | None:
+    """The name of the one RNN of ``found`` that cuDNN's math computes (or of the only RNN,
+    whose reader then says why it cannot be read), where no name picks one; None where the
+    file holds no RNN at all (its reader then says what it holds instead). A file of several
+    is refused, naming them and how to pick one."""
+    computable = [f for f in found if f.computable]
+    if len(computable) == 1:
+        return computable[0].name
+    if len(found) == 1:
+        return found[0].name  # not computable: its reader says why, in its own words
+    if not found:
+        return None
+    shown = files.names([f.name for f in (computable or found)])  # (a module at the top is '')
+    if not computable:
         raise UsageError(
-            f"{path}: holds {len(names)} models"
-            + (f" ({shown}); pick one with --model NAME (inspect lists them)." if names else ".")
+            f"{path}: holds no RNN that cuDNN's math computes ({shown}; {spelling.lister} "
+            "says why)."
         )
+    raise UsageError(
+        f"{path}: holds {len(computable)} RNNs that cuDNN's math computes ({shown}); pick one "
+        f"with {spelling.model} ({spelling.lister} lists them)."
+    )
 
 
-def _torch_layer(path: str, model: str | None, activation: str | None) -> _CudnnRNN:
+def _torch_layer(
+    path: str, model: str | None, activation: str | None, spelling: Spelling
+) -> _CudnnRNN:
     if model is None:  # the file is read twice then: names are the CLI's, not from_torch's
-        _only_one(path, [f.name for f in torch_file.find_rnns(path, activation=activation)])
+        model = _only_one(path, torch_file.find_rnns(path, activation=activation), spelling)
     return torch_nn.from_torch(path, prefix=model, activation=activation)
 
 
@@ -355,20 +404,20 @@ def _keras_h5_options(activation: str | None) -> dict[str, Any]:
 
 
 def _keras_h5_layer(
-    path: str, activation: str | None, name: str | None, keras: dict[str, Any]
+    path: str,
+    activation: str | None,
+    name: str | None,
+    keras: dict[str, Any],
+    spelling: Spelling,
 ) -> _CudnnRNN:
-    from cudnn_rnn.formats.keras_h5 import describe_keras_h5, from_keras_h5
+    from cudnn_rnn.formats import keras_h5
 
     options = {**_keras_h5_options(activation), **keras}
     if name is None:
-        found = [m["layer"] for m in describe_keras_h5(path, **options)]
-        if len(found) != 1:
-            raise UsageError(
-                f"{path}: holds {len(found)} RNN layers"
-                + (f" ({files.names(found)}); pick one with --model NAME." if found else ".")
-            )
-        name = str(found[0])
-    layer: _CudnnRNN = from_keras_h5(path, layers=[name], **options)[name]
+        name = _only_one(path, keras_h5.find_rnns(path, **options), spelling)
+        if name is None:
+            raise UsageError(f"{path}: holds no RNN layer.")
+    layer: _CudnnRNN = keras_h5.from_keras_h5(path, layers=[name], **options)[name]
     return layer
 
 
@@ -425,3 +474,40 @@ def _expected_shapes(
             f"{path}: the model it describes is not valid ({clip(first_line(err))})."
         ) from err
     return saveable.checkpoint_shapes()
+
+
+def load(
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    *,
+    activation: str | None = None,
+    note: Callable[[str], None] | None = None,
+    **options: Any,
+) -> _CudnnRNN:
+    """One RNN of a file, whatever its format, as our layer (``cudnn_rnn.load``).
+
+    ``path`` is any file :func:`find_rnns` reads: our safetensors checkpoints, TF1 checkpoints
+    (a ``PREFIX``), ONNX models, torch files (``torch.save`` state_dicts and models), Keras 2
+    ``.h5`` files; the format is told by the content. ``name`` picks one of the RNNs
+    :func:`cudnn_rnn.find_rnns` lists (its ``name``); it is needed only where the file holds
+    several that cuDNN's math computes, and the refusal then lists them.
+    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record. ``note``
+    is told, in one line, of anything read otherwise than asked. ``options`` go to the format's
+    reader (Keras .h5: ``confirm_keras_version``, ``merge_layers``).
+
+    The layer is built, on the CPU, in the file's floating dtype, holding the file's weights
+    exactly (both biases of a gate where the format stores them). Raises
+    :class:`UsageError` for a choice to make (a name, an activation) and
+    :class:`cudnn_rnn.files.FormatError` (or a subclass) for a file that cannot be read.
+
+    >>> import tempfile, os, torch, cudnn_rnn
+    >>> folder = tempfile.mkdtemp()
+    >>> torch.save(torch.nn.GRU(3, 4).state_dict(), os.path.join(folder, "gru.pt"))
+    >>> [r.name for r in cudnn_rnn.find_rnns(os.path.join(folder, "gru.pt"))]
+    ['']
+    >>> cudnn_rnn.load(os.path.join(folder, "gru.pt")).num_units
+    4
+    """
+    return load_layer(
+        os.fspath(path), activation, model=name, note=note, spelling=PYTHON, **options
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 from cudnn_rnn.files import escape, quote
 
-__all__ = ["FoundRNN"]
+__all__ = ["FoundRNN", "ReadRNN"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,28 @@ class FoundRNN:
         if not self.computable:
             line += "; cuDNN's math does not compute it: " + "; ".join(self.reasons)
         return escape(line)
+
+
+@dataclass(frozen=True)
+class ReadRNN:
+    """One RNN of a file read as pure data: what any reader returns, and what
+    :func:`cudnn_rnn.load` builds a layer from (no reader builds a module).
+
+    ``spec`` is the model (mode, layers, units, input size, direction, projection).
+    ``weights`` and ``biases`` are its canonical tensors in canonical order, cuDNN's gate order
+    (:mod:`cudnn_rnn.core.layout`: per pseudo-layer the input matrices of each gate, the
+    recurrent ones, the projection; then per pseudo-layer the input biases of each gate and the
+    recurrent ones), as CPU tensors of the file's floating dtype. A framework with one bias per
+    gate has it as the input bias, the recurrent bias zero (plus what the framework adds at run
+    time and does not store, such as TF's ``forget_bias``, which ``notes`` then says).
+    ``notes`` are what a user must know to compute what the producer computed, one sentence
+    each ("the input must be reversed in time: the layer was go_backwards=True"; "forget_bias
+    1.0 (TF's default; not stored in a checkpoint) added to the forget gate's bias").
+    ``found`` is the record :func:`cudnn_rnn.find_rnns` lists for it.
+    """
+
+    found: FoundRNN
+    spec: Any  # cudnn_rnn.core.spec.RNNSpec (typed loosely: this module imports no torch)
+    weights: list[Any]  # torch.Tensor
+    biases: list[Any]  # torch.Tensor
+    notes: tuple[str, ...] = ()

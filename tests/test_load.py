@@ -1,0 +1,138 @@
+"""``cudnn_rnn.find_rnns`` and ``cudnn_rnn.load``: one loader for every format (issue 39 item 2).
+Each loaded layer computes what the producer's module computes (the peer: torch.nn, ONNX
+Runtime, or the weights themselves); a file of several RNNs needs a name, and the refusal says
+how to give one in the caller's words (Python arguments here, options on the command line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import cudnn_rnn
+from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint
+from cudnn_rnn.cli import main
+from cudnn_rnn.formats.canonical import layer_canonical
+from cudnn_rnn.model_files import UsageError
+from tests.support.paths import FIXTURES
+
+
+def test_the_loader_is_public_and_dir_lists_it() -> None:
+    assert {"find_rnns", "load", "nn"} <= set(dir(cudnn_rnn)) | set(cudnn_rnn.__all__)
+    assert cudnn_rnn.load.__module__ == "cudnn_rnn.model_files"
+
+
+class Tagger(nn.Module):
+    """An RNN among other layers: what a torch.save'd or exported model holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 3)
+        self.lstm = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(self.embed(tokens))[0])
+
+
+def _nonzero(module: nn.Module) -> nn.Module:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-0.5, 0.5)  # biases too
+    return module
+
+
+def test_a_torch_model_s_one_rnn_loads_without_a_name_and_computes_as_torch_nn(
+    tmp_path: Path,
+) -> None:
+    model = _nonzero(Tagger())
+    torch.save(model.state_dict(), tmp_path / "tagger.pt")
+    (found,) = cudnn_rnn.find_rnns(tmp_path / "tagger.pt")
+    assert (found.name, found.mode, found.num_layers, found.direction) == (
+        "lstm", "lstm", 2, "bidirectional",
+    )  # fmt: skip
+    layer = cudnn_rnn.load(tmp_path / "tagger.pt")
+    x = torch.randn(5, 2, 3)
+    y, (h, _) = layer(x)
+    want, (wh, _) = model.lstm(x)
+    torch.testing.assert_close(y, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(h, wh, rtol=0, atol=1e-6)
+
+
+def test_several_rnns_need_a_name_and_the_refusal_says_name_in_python_words(
+    tmp_path: Path,
+) -> None:
+    state = {
+        **{f"enc.{k}": v for k, v in _nonzero(nn.GRU(3, 4)).state_dict().items()},
+        **{f"dec.{k}": v for k, v in nn.LSTM(4, 5).state_dict().items()},
+    }
+    torch.save(state, tmp_path / "two.pt")
+    assert [f.name for f in cudnn_rnn.find_rnns(tmp_path / "two.pt")] == ["enc", "dec"]
+    with pytest.raises(UsageError, match=r"holds 2 RNNs .*'enc', 'dec'.*pick one with name=NAME"):
+        cudnn_rnn.load(tmp_path / "two.pt")
+    with pytest.raises(UsageError, match="--model"):  # the command's words on the command line
+        cudnn_rnn.model_files.load_layer(str(tmp_path / "two.pt"))
+    gru = cudnn_rnn.load(tmp_path / "two.pt", "enc")
+    assert isinstance(gru, CudnnGRU) and gru.num_units == 4
+
+
+def test_every_format_through_one_call(tmp_path: Path) -> None:
+    """Ours (safetensors), TF1 (a real TF checkpoint), Keras 2 .h5 (real Keras), torch:
+    each loaded by the same call, with the values the format's own reader gives."""
+    ours = CudnnLSTM(2, 3, input_size=2, scope="enc")
+    checkpoint.save(str(tmp_path / "ours.safetensors"), ours)
+    loaded = cudnn_rnn.load(tmp_path / "ours.safetensors")
+    assert torch.equal(loaded.opaque_kernel, ours.opaque_kernel)
+    tf1 = cudnn_rnn.load(FIXTURES / "tf1" / "cudnn_lstm.ckpt")
+    assert (tf1.num_layers, tf1.num_units, tf1.input_size) == (2, 3, 2)
+    expected = np.load(FIXTURES / "tf1" / "cudnn_lstm.npz")
+    kernel = "model/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel"
+    _, w, _ = layer_canonical(tf1, "test")  # cuDNN order: W_i, W_f, W_c, W_o, R_i, ...
+    # TF's kernel is [in + H, 4H], gates i, c, f, o: its first input column block is W_i^T.
+    np.testing.assert_array_equal(w[0].numpy(), expected[kernel][:2, :3].T)
+    keras = FIXTURES / "keras2"
+    (first, *_) = cudnn_rnn.find_rnns(keras / "cudnn_model.h5")
+    assert cudnn_rnn.load(keras / "cudnn_model.h5", first.name).num_units == first.num_units
+
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.filterwarnings("ignore:Exporting a model to ONNX with a batch_size:UserWarning")
+def test_an_onnx_graph_with_one_rnn_converts_without_model(tmp_path: Path) -> None:
+    """The RNN inside a bigger graph (Gather, MatMul around it): the one computable RNN is
+    picked, by the API and by ``cudnn-rnn convert`` without ``--model``."""
+    model = _nonzero(Tagger()).eval()
+    tokens = torch.randint(0, 10, (5, 2))
+    with torch.no_grad():
+        x = model.embed(tokens)
+        want = model.lstm(x)[0]
+    torch.onnx.export(model, (tokens,), str(tmp_path / "t.onnx"), dynamo=False)
+    (found,) = cudnn_rnn.find_rnns(tmp_path / "t.onnx")
+    assert found.computable and found.mode == "lstm"
+    layer = cudnn_rnn.load(tmp_path / "t.onnx")
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x)[0], want, rtol=0, atol=1e-5)
+    out = tmp_path / "t.safetensors"
+    assert main(["convert", str(tmp_path / "t.onnx"), str(out)]) == 0
+    back = cudnn_rnn.load(out)  # (TF's canonical LSTM stores each gate's two biases summed)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x)[0], want, rtol=0, atol=1e-5)
+
+
+def test_cli_errors_name_cli_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = {
+        **{f"a.{k}": v for k, v in nn.GRU(3, 4).state_dict().items()},
+        **{f"b.{k}": v for k, v in nn.GRU(3, 4).state_dict().items()},
+    }
+    torch.save(state, tmp_path / "two.pt")
+    assert main(["convert", str(tmp_path / "two.pt"), str(tmp_path / "o.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "--model NAME" in err and "name=" not in err and "prefix=" not in err
