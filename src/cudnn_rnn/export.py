@@ -59,11 +59,10 @@ from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_INPUT_SKIP_MODE,
     CUDNN_LSTM,
-    CUDNN_RNN_RELU,
-    CUDNN_RNN_TANH,
 )
 from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
 from cudnn_rnn.core.layout import Block, layout_of
+from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
 
 __all__ = [
@@ -88,13 +87,17 @@ class OnnxOp:
     attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: Our mode -> the ONNX operator and attributes that compute the same math.
+#: Our mode -> the ONNX operator and attributes that compute the same math (the operator and
+#: the activation from the mode table): the gates' sigmoid, then the candidate's activation
+#: (and the LSTM's output's: the same).
 ONNX_OPS: dict[str, OnnxOp] = {
-    CUDNN_LSTM: OnnxOp("LSTM", ("Sigmoid", "Tanh", "Tanh")),
-    # cuDNN applies the reset gate after the recurrent matmul (and its bias): ONNX's lbr=1.
-    CUDNN_GRU: OnnxOp("GRU", ("Sigmoid", "Tanh"), {"linear_before_reset": 1}),
-    CUDNN_RNN_TANH: OnnxOp("RNN", ("Tanh",)),
-    CUDNN_RNN_RELU: OnnxOp("RNN", ("Relu",)),
+    name: OnnxOp(
+        m.onnx_op,
+        ("Sigmoid",) * (m.num_gates > 1) + (m.activation.capitalize(),) * (2 if m.has_cell else 1),
+        # cuDNN applies the reset gate after the recurrent matmul (and its bias): ONNX's lbr=1.
+        {"linear_before_reset": 1} if name == CUDNN_GRU else {},
+    )
+    for name, m in MODES.items()
 }
 #: Number of directions -> ONNX's ``direction`` attribute.
 _DIRECTIONS = {1: "forward", 2: "bidirectional"}

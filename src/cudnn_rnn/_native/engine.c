@@ -44,7 +44,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 16
+#define CR_ABI_VERSION 17
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -451,6 +451,10 @@ static const isa_t *isa_of(int level) {
 static atomic_int chosen_level = -1;
 
 int cr_abi_version(void) { return CR_ABI_VERSION; }
+
+/* The gate count of a mode code (ABI 17): the package checks it against its mode table when it
+ * loads the library, so the two cannot disagree on what a code means. */
+int cr_mode_gates(int mode) { return (int)gates_of(mode); }
 
 int cr_supported_level(void) { return supported_level(); }
 

@@ -16,41 +16,16 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.modes import MODES
 
 #: Gate order of cuDNN's canonical form (and of this library's canonical lists and opaque buffer).
-CUDNN_GATES: dict[str, tuple[str, ...]] = {
-    CUDNN_LSTM: ("i", "f", "c", "o"),
-    CUDNN_GRU: ("r", "u", "h"),
-    CUDNN_RNN_TANH: ("h",),
-    CUDNN_RNN_RELU: ("h",),
-}
+CUDNN_GATES: dict[str, tuple[str, ...]] = {name: m.gates for name, m in MODES.items()}
 
-#: The order in which each framework stacks gate blocks, in canonical gate names.
-#: torch.nn: LSTM i,f,g,o (g = c) and GRU r,z,n (z = u, n = h) -- identical to cuDNN.
-#: TF1 canonical (CudnnCompatibleLSTMCell kernel): i, c(j), f, o; the GRU "gates" kernel: r, u.
-#: Keras 3: LSTM i,f,c,o; GRU z,r,h. ONNX: LSTM i,o,f,c; GRU z,r,h.
+#: Framework -> mode -> the order in which it stacks gate blocks, in canonical gate names
+#: (:attr:`cudnn_rnn.core.modes.Mode.gate_orders`, turned around).
 GATE_ORDERS: dict[str, dict[str, tuple[str, ...]]] = {
-    "cudnn": CUDNN_GATES,
-    "torch": CUDNN_GATES,
-    "tf": {
-        CUDNN_LSTM: ("i", "c", "f", "o"),
-        CUDNN_GRU: ("r", "u"),
-        CUDNN_RNN_TANH: ("h",),
-        CUDNN_RNN_RELU: ("h",),
-    },
-    "keras": {
-        CUDNN_LSTM: ("i", "f", "c", "o"),
-        CUDNN_GRU: ("u", "r", "h"),
-        CUDNN_RNN_TANH: ("h",),
-        CUDNN_RNN_RELU: ("h",),
-    },
-    "onnx": {
-        CUDNN_LSTM: ("i", "o", "f", "c"),
-        CUDNN_GRU: ("u", "r", "h"),
-        CUDNN_RNN_TANH: ("h",),
-        CUDNN_RNN_RELU: ("h",),
-    },
+    framework: {name: m.gate_orders[framework] for name, m in MODES.items()}
+    for framework in MODES["lstm"].gate_orders
 }
 
 

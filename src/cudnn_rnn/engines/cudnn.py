@@ -63,20 +63,17 @@ import torch
 from torch import Tensor
 
 from cudnn_rnn.core.constants import (
-    CUDNN_GRU,
     CUDNN_INPUT_LINEAR_MODE,
-    CUDNN_LSTM,
-    CUDNN_RNN_RELU,
-    CUDNN_RNN_TANH,
 )
 from cudnn_rnn.core.layout import Block, Layout, layout_of
+from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Reserve, Saved
 from cudnn_rnn.engines.torch_kernels import stacked_identity
 
 NAME = "cudnn"
-#: cuDNN's ``cudnnRNNMode_t``.
-MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
+#: cuDNN's ``cudnnRNNMode_t`` (the mode table's codes).
+MODE_CODES = {name: m.code for name, m in MODES.items()}
 DTYPES = (torch.float16, torch.float32, torch.float64)
 
 

@@ -69,8 +69,9 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.layout import Layout
+from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.base import NOTHING, Call, Grads, Inputs, Kept, Outputs, Saved
 from cudnn_rnn.engines.common import (
@@ -111,9 +112,10 @@ ISA_ENV = "CUDNN_RNN_NATIVE_ISA"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 16
-#: The C library's mode codes.
-MODE_CODES = {CUDNN_RNN_RELU: 0, CUDNN_RNN_TANH: 1, CUDNN_LSTM: 2, CUDNN_GRU: 3}
+ABI_VERSION = 17
+#: The C library's mode codes: cuDNN's (the mode table's), checked against the library's own
+#: gate counts when it loads.
+MODE_CODES = {name: m.code for name, m in MODES.items()}
 
 
 class NativeEngineWarning(RuntimeWarning):
@@ -186,6 +188,13 @@ def _load() -> ctypes.CDLL:
             f"{found[0].name} is ABI {lib.cr_abi_version()}, this package needs {ABI_VERSION}: "
             "reinstall cudnn-rnn (pip install -e .)"
         )
+    for mode in MODES.values():
+        if lib.cr_mode_gates(mode.code) != mode.num_gates:
+            raise OSError(
+                f"{found[0].name} computes mode code {mode.code} with "
+                f"{lib.cr_mode_gates(mode.code)} gates, but the mode table's {mode.name} has "
+                f"{mode.num_gates}: the library and the package disagree; reinstall cudnn-rnn"
+            )
     lib.cr_level_name.restype = ctypes.c_char_p
     forced = os.environ.get(ISA_ENV, "").strip()
     if forced:

@@ -54,6 +54,7 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
+from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
 from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.found import FoundRNN
@@ -827,7 +828,7 @@ def _about(label: str, reason: str) -> str:
 
 #: The RNN operators' types, and their gates per direction.
 _RNN_OPS = frozenset(op.op_type for op in ONNX_OPS.values())
-_GATE_COUNT = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_GATE_COUNT = {m.onnx_op: m.num_gates for m in MODES.values()}
 #: A node's op type -> the cuDNN mode a record names when its activations are not cuDNN's.
 _KIND = {"LSTM": CUDNN_LSTM, "GRU": CUDNN_GRU}
 #: The RNN node inputs that carry states or lengths: (input index, name).
