@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-#: Untimed calls an implementation makes at least before it is timed.
-WARMUP_CALLS = 2
+# Untimed calls an implementation makes at least before it is timed (standard library only).
+from cudnn_rnn._timing import WARMUP_CALLS
+
 #: What starts each line a runtime's process answers with (a runtime may print lines of its own).
 REPLY = "@cudnn_rnn.bench "
 #: ``python -c LAUNCH ARGS``: :func:`serve` with the JSON list ARGS.

@@ -42,7 +42,6 @@ runs it on each of its shapes.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import json
@@ -62,6 +61,7 @@ from torch import Tensor
 
 from cudnn_rnn import _runtime_peer, convert
 from cudnn_rnn._runtime_peer import compare, compare_all
+from cudnn_rnn._timing import WARMUP_CALLS, Timing, add_timing_arguments, check_timing_arguments
 from cudnn_rnn.errors import CudnnRNNError
 from cudnn_rnn.layers import _CudnnRNN
 
@@ -110,24 +110,9 @@ PEERS = (TORCH_NN, ORT_OURS, ORT_TORCH, OPENVINO, KERAS)
 RUNTIMES = {ORT_OURS: "onnxruntime", ORT_TORCH: "onnxruntime", OPENVINO: "openvino"}
 #: A peer whose output differs from ours by more than this gets a note.
 OUTPUT_TOLERANCE = 1e-4
-#: Untimed calls each function makes at least before it is timed, however short the warm-up
-#: (:data:`cudnn_rnn._runtime_peer.WARMUP_CALLS`, which the runtimes' processes use too): the
-#: first makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's
-#: build), the second runs warm and measures the block size.
-WARMUP_CALLS = _runtime_peer.WARMUP_CALLS
-
-
-@dataclass(frozen=True)
-class Timing:
-    """How long each implementation runs: see :func:`time_alternating`."""
-
-    repeats: int = 5
-    block: float = 0.2
-    warmup: float = 1.0
-
-    def lighter(self) -> Timing:
-        """At most 3 repeats of half blocks after half the warm-up (short calls)."""
-        return Timing(min(self.repeats, 3), self.block / 2, self.warmup / 2)
+# WARMUP_CALLS (cudnn_rnn._timing's, which the runtimes' processes use too): the first call
+# makes the one-time allocations (oneDNN primitives, skip_input's identity, Keras's build), the
+# second runs warm and measures the block size.
 
 
 #: One input batch: ``x [T, B, input_size]`` (float32) and its int32 sequence lengths (None:
@@ -261,52 +246,6 @@ def time_alternating(
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device``, ``--repeats``, ``--block`` and ``--warmup`` (:class:`Timing`'s defaults);
-    :func:`check_timing_arguments` checks their values."""
-    defaults = Timing()
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=defaults.repeats,
-        help=f"timed blocks per implementation (default: {defaults.repeats})",
-    )
-    parser.add_argument(
-        "--block",
-        type=float,
-        default=defaults.block,
-        help=f"seconds per timed block (default: {defaults.block})",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=float,
-        default=defaults.warmup,
-        help=f"seconds of untimed calls per implementation, at least {WARMUP_CALLS} calls "
-        f"(default: {defaults.warmup})",
-    )
-
-
-def check_timing_arguments(args: argparse.Namespace) -> None:
-    """The checks argparse's types do not make; ValueError with one line saying what to do."""
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be an integer >= 1, got {args.repeats}.")
-    if not args.block > 0:  # also refuses nan
-        raise ValueError(f"--block must be a number of seconds > 0, got {args.block}.")
-    if not args.warmup >= 0:
-        raise ValueError(f"--warmup must be a number of seconds >= 0, got {args.warmup}.")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError as err:
-        raise ValueError(
-            f"--device {args.device!r} is not a device; use cpu, cuda or cuda:N."
-        ) from err
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}.")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device}: CUDA is not available here; use --device cpu.")
-
-
 # -- comparing outputs -----------------------------------------------------------------------------
 
 
@@ -339,6 +278,11 @@ class Measurement:
             )
 
 
+def _seconds(timing: Timing, count: int) -> int:
+    """About how long timing ``count`` implementations takes (warm-up and blocks), rounded up."""
+    return int(count * (timing.warmup + timing.repeats * timing.block)) + 1
+
+
 def measure(
     layer: _CudnnRNN,
     batches: Sequence[Batch],
@@ -350,15 +294,19 @@ def measure(
     keras: bool = True,
     runtimes: bool = True,
     label: str = "the model",
+    progress: Callable[[str], None] | None = None,
 ) -> Measurement:
     """Time ``layer`` against its peers on ``batches`` (one call runs all of them).
 
     Inference: ours, ``torch.nn`` and, with ``keras``, Keras, alternating in this process; then,
     with ``runtimes``, onnxruntime and OpenVINO in a fresh one. Training (on the first batch):
     ours and ``torch.nn``. ``timing`` defaults to :class:`Timing`'s defaults; ``label`` names
-    the model in the notes.
+    the model in the notes. ``progress`` is told each phase as it starts, in a few words
+    ("timing inference: 4 implementations, about 12 s").
     """
     timing = Timing() if timing is None else timing
+    say = progress or (lambda _: None)
+    say("checking the peers' outputs against ours")
     result = Measurement()
     tensors = _tensors(batches, device, layer.dtype)
     module = _torch_peer(layer, device, result.notes)
@@ -387,15 +335,19 @@ def measure(
         with tempfile.TemporaryDirectory() as tmp:
             remotes: dict[str, RemotePeer] = {}
             if runtimes and on_cpu and float32:
+                say("exporting to ONNX and starting onnxruntime and OpenVINO")
                 remotes = _runtime_peers(
                     layer, batches, tensors[0][0], expected, tmp, result, label
                 )
+            count = len(fns) + len(remotes)
+            say(f"timing inference: {count} implementations, about {_seconds(timing, count)} s")
             try:
                 result.inference = _time_with_runtimes(fns, remotes, device, timing, result, label)
             finally:
                 for remote in remotes.values():
                     remote.close()
     if training:
+        say(f"timing a training step: ours and torch.nn, about {_seconds(timing, 2)} s")
         x, lengths = tensors[0]
         grad_out = torch.randn(
             ours[0].shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32

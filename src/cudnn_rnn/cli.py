@@ -12,6 +12,15 @@ refused before anything is read or written.
 ``torch.nn`` and, where installed, onnxruntime, OpenVINO and Keras, and prints a table (see
 :mod:`cudnn_rnn.bench`).
 
+``cudnn-rnn info`` says which engines run here; ``cudnn-rnn completion SHELL`` prints a shell
+completion script; ``--version`` the version. ``inspect --json`` prints one JSON object.
+
+The parser (this module) imports no torch, so ``--help``, ``--version`` and completion answer at
+once; the commands are :mod:`cudnn_rnn._commands`. Exit status: 0 done; 2 bad input or a bad
+file; 1 an internal error (a bug of ours: a short report, the traceback with
+``CUDNN_RNN_TRACEBACK=1``); 130 interrupted (Ctrl-C: one line, no traceback); 141 the program
+reading the output closed it. Long commands (``bench``) say on stderr what they are doing.
+
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do; so does
 every path that cannot be read or written (a name too long, a directory that cannot be searched or
 written, a symbolic link loop, a file where a directory should be, a full disk): the line names
@@ -34,102 +43,44 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-import torch
-
-from cudnn_rnn import atomic, bench, convert, files, model_files
-from cudnn_rnn.files import clip, escape, first_line, quote
-from cudnn_rnn.layers import _CudnnRNN
-from cudnn_rnn.model_files import UsageError
+from cudnn_rnn import __version__, atomic, convert
+from cudnn_rnn._timing import add_timing_arguments
+from cudnn_rnn.errors import UsageError
+from cudnn_rnn.files import FormatError, clip, escape, first_line
 
 __all__ = ["DESCRIPTION", "EPILOG", "UsageError", "build_parser", "main"]
 
 
-class _OutputError(UsageError):
+class OutputError(UsageError):
     """The output cannot be written: its line names the output, not the source."""
 
 
-class _OptionError(UsageError):
+class OptionError(UsageError):
     """An option's value is wrong: its line names the option, not the source."""
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     """Print one line of output, escaped: nothing in it can drive the terminal or break it."""
     print(escape(line))
 
 
-def _inspect(args: argparse.Namespace) -> None:
-    shapes = model_files.tensor_shapes(args.path, model_files.reader_of(args.path))
-    rnns = model_files.find_rnns(args.path, args.activation, **_keras_options(args))
-    _say(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
-    names = {name: quote(name, None) for name in shapes}
-    width = max(map(len, names.values()), default=0)
-    for name, (shape, dtype) in sorted(shapes.items()):
-        _say(f"  {names[name]:<{width}}  {list(shape)!s:<14} {dtype}")
-    computable = sum(r.computable for r in rnns)
-    _say(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
-    if not rnns:
-        for line in _nothing_found(args.path, shapes):
-            _say(f"  {line}")
-    for rnn in rnns:
-        _say(f"  {rnn.describe()}")
-    skipped = model_files.unread_groups(args.path)
-    if skipped:
-        _say(f"names not understood as a model ({len(skipped)}):")
-        for line in skipped[:20]:
-            _say(f"  {line}")
-    if rnns and not computable:  # nothing in it can be converted: say why, as a failure
-        raise model_files.UsageError(
-            f"{args.path}: holds no RNN that cuDNN's math computes: "
-            + "; ".join(r.describe() for r in rnns)
-        )
+def progress(line: str) -> None:
+    """Say on stderr what a long command is doing now, escaped; on a terminal each line
+    replaces the last (a status line), elsewhere each is a line of its own, so a log shows them."""
+    stream = sys.stderr
+    if stream.isatty():
+        stream.write("\r\033[K" + escape(f"cudnn-rnn: {line}"))
+    else:
+        stream.write(escape(f"cudnn-rnn: {line}") + "\n")
+    stream.flush()
 
 
-def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> list[str]:
-    """What to tell a user whose file holds no RNN we read: where its RNN may still be."""
-    from cudnn_rnn.formats.torch_state import find_groups
-
-    kind = files.sniff(path)
-    groups = [g for g in find_groups(shapes) if g.torch_class and not g.problems]
-    if kind == files.ONNX and groups:
-        names = ", ".join(g.describe() for g in groups[:3])
-        return [
-            f"no LSTM, GRU or RNN operator; the initializers are named like {names}, which the "
-            "graph computes with other operators (not read as an RNN).",
-            "to load those weights: save them as a state_dict (torch.save) and read it with "
-            "cudnn-rnn convert or convert.from_torch(path, prefix=...).",
-        ]
-    if kind == files.NPZ:
-        return [
-            "no tensors named like a torch.nn RNN. An .npz of canonical weights "
-            "(np.savez(path, *weights, *biases), the order of params_to_canonical) loads with "
-            "convert.from_numpy_canonical; other arrays can be given to it as a list in that "
-            "order (docs/migration.md).",
-        ]
-    return ["no RNN operator, layer or tensors named like one (see 'cudnn-rnn inspect --help')."]
-
-
-def _convert(args: argparse.Namespace) -> None:
-    dst: str = args.dst
-    if dst.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
-        raise _OutputError(
-            f"{dst}: names a directory, not a file; give the output's file name (for example "
-            f"{dst}model.safetensors)."
-        )
-    try:  # before the source is read: a name that picks no format writes nothing
-        writer = convert.writer_for(dst, args.format, option="--format ")
-    except ValueError as err:
-        raise _OutputError(str(err)) from None
-    layer = _load(args.src, args)
-    try:
-        writer.write(layer, dst)
-    except OSError as err:  # anything the writers meet on the way to dst
-        raise _OutputError(f"{dst}: cannot write it: {atomic.write_problem(dst, err)}.") from err
-    _say(
-        f"{args.src} -> {args.dst} ({writer.what}): {type(layer).__name__} "
-        f"{layer.num_layers} layer(s), {layer.num_units} units, {layer.direction}"
-    )
+def _end_progress() -> None:
+    """Clear a status line left on the terminal (nothing elsewhere)."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 def _written() -> str:
@@ -141,14 +92,33 @@ DESCRIPTION = (
     "cudnn-rnn: TensorFlow 1.x's tf.contrib.cudnn_rnn re-created on PyTorch (cuDNN-exact LSTM, "
     "GRU and RNN layers on CPU and GPU). This command inspects and converts RNN checkpoints and "
     "models (our safetensors, TF1 checkpoints without TensorFlow, ONNX, torch state_dicts, "
-    "Keras 2 .h5 files) and times one against torch.nn and the other runtimes installed."
+    "Keras 2 .h5 files) and times one against torch.nn and the other runtimes installed. Exit "
+    "status: 0 done, 2 bad input or a bad file (one line says what to do), 1 an internal error "
+    "(a bug: please report it), 130 interrupted."
 )
 EPILOG = "Run 'cudnn-rnn COMMAND --help' for the options of a command."
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cudnn-rnn", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"cudnn-rnn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    info = sub.add_parser(
+        "info",
+        help="which engines run here: CPU engine, instruction set, threads, versions",
+        description="Print what runs a call here: the CPU engine (ours, with its instruction "
+        "set and threads, or torch's kernels and why), CUDA and cuDNN, and the versions of "
+        "cudnn-rnn, torch and the optional packages.",
+    )
+    info.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or tcsh)",
+        description="Print the completion script of SHELL: for bash, "
+        "'cudnn-rnn completion bash > ~/.local/share/bash-completion/completions/cudnn-rnn'; "
+        "for zsh, write it as _cudnn-rnn into a directory of your fpath.",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     inspect = sub.add_parser(
         "inspect",
         help="list the tensors of a file and every RNN it holds",
@@ -160,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "when it holds RNNs but none that cuDNN's math computes.",
     )
     inspect.add_argument("path")
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: the file, its format, its tensors and one object per RNN "
+        "with the fields of cudnn_rnn.formats.found.FoundRNN",
+    )
     convert_cmd = sub.add_parser(
         "convert",
         help="convert one model between safetensors, TF1, ONNX, torch",
@@ -201,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cmd.add_argument(
         "--no-peers", action="store_true", help="only ours and torch.nn (no runtimes, no Keras)"
     )
-    bench.add_timing_arguments(bench_cmd)
+    add_timing_arguments(bench_cmd)
     for p in (convert_cmd, bench_cmd):
         p.add_argument(
             "--model",
@@ -232,95 +208,84 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _bench(args: argparse.Namespace) -> None:
-    try:
-        bench.check_timing_arguments(args)
-    except ValueError as err:
-        raise _OptionError(str(err)) from None
-    for option, value in (("--steps", args.steps), ("--batch", args.batch)):
-        if value < 1:
-            raise _OptionError(f"{option} must be an integer >= 1, got {value}.")
-    layer = _load(args.path, args).to(args.device)
-    batches = bench.random_batches(args.batch, layer.input_size, [args.steps])
-    dtype = str(layer.dtype).removeprefix("torch.")
-    proj = f", projection {layer.num_proj}" if layer.num_proj else ""
-    _say(
-        f"{args.path}: {type(layer).__name__}, {layer.num_layers} layer(s), {layer.num_units} "
-        f"units{proj}, {layer.direction}, input size {layer.input_size}, {dtype}"
-    )
-    _say(
-        f"input: T {args.steps}, B {args.batch} (seeded normal, time-major) on {args.device}; "
-        f"our engine: {_engine(args.device)}"
-    )
-    timing = bench.Timing(args.repeats, args.block, args.warmup)
-    peers = not args.no_peers
-    measured = bench.measure(
-        layer,
-        batches,
-        device=args.device,
-        timing=timing,
-        training=args.training,
-        keras=peers,
-        runtimes=peers,
-        label=args.path,
-    )
-    for line in bench.report(measured):
-        _say(line)
-
-
-def _keras_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The Keras .h5 reader's options given on the command line."""
-    options: dict[str, Any] = {}
-    if args.keras_version is not None:
-        options["confirm_keras_version"] = args.keras_version
-    if args.merge_layers:
-        options["merge_layers"] = True
-    return options
-
-
-def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
-    return model_files.load_layer(
-        path,
-        args.activation,
-        args.layer,
-        model=args.model,
-        note=lambda text: _say(f"note: {text}"),
-        **_keras_options(args),
-    )
-
-
-def _engine(device: str) -> str:
-    """Our engine in words: ``cpu_engine()`` on a CPU; on CUDA the rule's usual pick."""
-    if torch.device(device).type == "cpu":
-        from cudnn_rnn import cpu_engine
-
-        return cpu_engine()
-    return "cudnn for float16/32/64, by the engines' rule"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; its exit status: 0 done, 2 bad input or a bad file, 1 an internal error
+    (a short report), 130 interrupted (Ctrl-C), 141 the reader closed our output."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # (the completion script, help text)
+        return _closed_pipe()
+    except KeyboardInterrupt:
+        _end_progress()
+        print("cudnn-rnn: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        _end_progress()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    path = getattr(args, "path", None) or args.src
-    problem = _source_problem(path)
-    if problem is not None:
-        return _fail(problem)
+    if args.command == "completion":
+        return _completion(parser, args.shell)
+    path = getattr(args, "path", None) or getattr(args, "src", None)
+    if path is not None:
+        problem = _source_problem(path)
+        if problem is not None:
+            return _fail(problem)
     try:
-        {"inspect": _inspect, "convert": _convert, "bench": _bench}[args.command](args)
+        from cudnn_rnn._commands import COMMANDS  # torch, the readers: not for --help
+
+        COMMANDS[args.command](args)
     except BrokenPipeError:  # `cudnn-rnn inspect f | head -3`: the reader has all it wants
         return _closed_pipe()
-    except (_OutputError, _OptionError) as err:  # one line of ours, ending with what to do
+    except (OutputError, OptionError) as err:  # one line of ours, ending with what to do
         return _fail(str(err))
     except OSError as err:
         return _fail(_read_problem(err), path)
-    except (UsageError, ValueError, TypeError, ImportError) as err:
+    except (UsageError, FormatError, ValueError, TypeError, ImportError) as err:
         return _fail(_one_line(err), path)
-    except Exception as err:  # MemoryError, RecursionError, a bug: still one line and exit 2
+    except (MemoryError, RecursionError) as err:  # what a hostile file can drive us to
         return _fail(
-            f"{path}: failed with {type(err).__name__} ({clip(first_line(err))}); the file is "
-            "corrupt or hostile, or this is a bug in cudnn-rnn: please report it.",
+            f"failed with {type(err).__name__} ({clip(first_line(err))}); the file is corrupt "
+            "or hostile.",
             path,
         )
+    except Exception as err:  # a bug of ours: a short report, exit 1
+        return _internal_error(err, args)
+    return 0
+
+
+#: Set to see the traceback of an internal error.
+TRACEBACK_ENV = "CUDNN_RNN_TRACEBACK"
+
+
+def _internal_error(err: Exception, args: argparse.Namespace) -> int:
+    """Report a bug of ours in a few lines (the traceback too where ``CUDNN_RNN_TRACEBACK``
+    is set) and return exit status 1."""
+    if os.environ.get(TRACEBACK_ENV):
+        import traceback
+
+        traceback.print_exception(err, file=sys.stderr)
+    lines = [
+        f"cudnn-rnn: internal error: {type(err).__name__}: {clip(first_line(err))}",
+        f"  while running: cudnn-rnn {args.command} (cudnn-rnn {__version__}, Python "
+        f"{sys.version.split()[0]})",
+        "  This is a bug in cudnn-rnn, not in your file or command: please report it, with the "
+        f"command, 'cudnn-rnn info' and the traceback ({TRACEBACK_ENV}=1 prints it).",
+    ]
+    for line in lines:
+        print(escape(line), file=sys.stderr)
+    return 1
+
+
+def _completion(parser: argparse.ArgumentParser, shell: str) -> int:
+    """Print the completion script of ``shell`` (shtab's, from this parser)."""
+    try:
+        import shtab
+    except ImportError:
+        return _fail("shell completion needs shtab: pip install shtab")
+    print(shtab.complete(parser, shell=shell))  # our own text: printed as it is
     return 0
 
 

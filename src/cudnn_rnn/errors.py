@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["CudnnRNNError", "FileAccessError"]
+__all__ = ["CudnnRNNError", "FileAccessError", "UsageError"]
 
 
 class CudnnRNNError(Exception):
@@ -30,6 +30,13 @@ class CudnnRNNError(Exception):
     Argument checks raise the builtins ``TypeError`` and ``ValueError`` as torch does; the
     classes below this one name what went wrong with a file or a command.
     """
+
+
+class UsageError(CudnnRNNError):
+    """A choice the caller must make, or a problem the caller can fix (a file of several models
+    and no name given, an activation the file does not record). The ``cudnn-rnn`` command
+    prints it as one line and exits with 2; importable as ``cudnn_rnn.cli.UsageError`` and
+    ``cudnn_rnn.model_files.UsageError`` too."""
 
 
 #: errno -> what to do about it, for a path that cannot be read.

@@ -34,7 +34,7 @@ import torch
 
 from cudnn_rnn import checkpoint, files
 from cudnn_rnn.core import tf_names
-from cudnn_rnn.errors import CudnnRNNError
+from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import Claims, clip, first_line, quote
 from cudnn_rnn.formats import onnx as onnx_format
 from cudnn_rnn.formats import torch_file, torch_nn
@@ -64,12 +64,6 @@ __all__ = [
     "reader_of",
     "tensor_shapes",
 ]
-
-
-class UsageError(CudnnRNNError):
-    """A problem the user of the ``cudnn-rnn`` command can fix (a file of several models and no
-    choice made, an activation the file does not record); printed as one line, exit code 2.
-    Importable as ``cudnn_rnn.cli.UsageError``."""
 
 
 class UnsupportedFormat(files.FormatError):
