@@ -74,8 +74,7 @@ else
 gpu-check:
 	$(GPU_PYTHON) -c "import torch" || { echo "$(GPU_PYTHON) has no torch"; exit 1; }
 	$${CC:-cc} $$($(call SETUP_FLAGS,COMPILE_FLAGS)) -shared -fPIC \
-		-o src/cudnn_rnn/_engine$$($(GPU_PYTHON) -c \
-		"import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))") \
+		-o src/cudnn_rnn/_engine.so \
 		src/cudnn_rnn/_native/engine.c $$($(call SETUP_FLAGS,LINK_FLAGS))
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) tools/gpu_check.py --out docs
 endif

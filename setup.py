@@ -1,9 +1,13 @@
 """The native CPU engine, built with the package (everything else is in pyproject.toml).
 
-A plain C library (no Python or torch headers) that cudnn_rnn loads with ctypes. ``optional``:
-where it cannot be compiled the install still succeeds and cudnn_rnn runs torch's kernels,
-saying so once (``cudnn_rnn.cpu_engine()`` reports which engine runs). The instruction set is
-chosen at run time, so no ``-march`` flag: the binary runs on any x86-64.
+A plain C library (no Python or torch headers) that cudnn_rnn loads with ctypes, built as
+``cudnn_rnn/_engine.so`` for every Python version, in a ``py3-none-<platform>`` wheel. Where it
+cannot be compiled the install still succeeds, says so in a framed message on the terminal (pip
+shows a build's stderr with ``-v`` only, so the message also goes to ``/dev/tty`` where there is
+one), and records why in ``cudnn_rnn/_engine_not_built.txt``;
+cudnn_rnn then runs torch's kernels and ``cudnn_rnn.cpu_engine()`` / ``cudnn-rnn info`` say
+why. The instruction set is chosen at run time, so no ``-march`` flag: the binary runs on any
+x86-64.
 
 The flags are read from here by everything else that compiles the engine the package's way
 (``tools/engine_ab.py``, ``make gpu-check``): ``runpy.run_path("setup.py", run_name=...)``
@@ -16,8 +20,75 @@ COMPILE_FLAGS = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default"]
 LINK_FLAGS = ["-pthread", "-ldl"]
 
 
+#: Where the engine is built in the package: one name for every Python version (the library
+#: has no Python ABI: ctypes loads it), so one ``py3-none-<platform>`` wheel serves them all.
+ENGINE_FILE = "_engine.so"
+#: Written beside the package's modules when the engine cannot be compiled: why, for
+#: ``cudnn_rnn.cpu_engine()`` and ``cudnn-rnn info`` to say.
+NOT_BUILT_FILE = "_engine_not_built.txt"
+
+_NOT_BUILT = """
+**********************************************************************************************
+cudnn-rnn: the native CPU engine could not be compiled ({reason}).
+The package is installed and works: CPU calls run torch's kernels instead of our engine
+(slower, and without our engine's same-bits guarantees across thread counts).
+To build the engine, install a C compiler (gcc or clang) and reinstall: pip install .
+`cudnn-rnn info` says which engine runs.
+**********************************************************************************************
+"""
+
+
+def _tell(message: str) -> None:
+    """``message`` on stderr, and on the terminal itself where there is one: pip keeps a
+    build's output to itself unless run with -v, and this one must not go unseen."""
+    import sys
+
+    sys.stderr.write(message)
+    try:
+        with open("/dev/tty", "w", encoding="utf-8") as tty:
+            tty.write(message)
+    except OSError:  # no terminal (CI, a container): stderr, the log, is what there is
+        pass
+
+
 def main() -> None:
+    import os
+    import sys
+
     from setuptools import Extension, setup
+    from setuptools.command.bdist_wheel import bdist_wheel
+    from setuptools.command.build_ext import build_ext
+
+    class BuildEngine(build_ext):
+        """The engine as ``cudnn_rnn/_engine.so``; where it cannot be compiled, a loud message
+        on stderr (pip shows it with -v; the file below says it at run time)."""
+
+        def get_ext_filename(self, fullname: str) -> str:
+            return os.path.join(*fullname.split(".")[:-1], ENGINE_FILE)
+
+        def run(self) -> None:
+            marker = os.path.join(self.build_lib, "cudnn_rnn", NOT_BUILT_FILE)
+            if os.path.exists(marker):
+                os.remove(marker)
+            super().run()
+
+        def build_extension(self, ext: Extension) -> None:
+            try:
+                super().build_extension(ext)
+            except Exception as err:  # no compiler, a compiler error: the package still works
+                reason = f"{type(err).__name__}: {err}".strip()
+                _tell(_NOT_BUILT.format(reason=reason))
+                os.makedirs(os.path.join(self.build_lib, "cudnn_rnn"), exist_ok=True)
+                path = os.path.join(self.build_lib, "cudnn_rnn", NOT_BUILT_FILE)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(reason + "\n")
+
+    class PlatformWheel(bdist_wheel):
+        """``py3-none-<platform>``: the engine is a plain C library, not a Python extension."""
+
+        def get_tag(self) -> tuple[str, str, str]:
+            _, _, platform = super().get_tag()
+            return "py3", "none", platform
 
     setup(
         ext_modules=[
@@ -27,9 +98,9 @@ def main() -> None:
                 depends=["src/cudnn_rnn/_native/kernel.inc"],
                 extra_compile_args=COMPILE_FLAGS,
                 extra_link_args=LINK_FLAGS,
-                optional=True,
             )
-        ]
+        ],
+        cmdclass={"build_ext": BuildEngine, "bdist_wheel": PlatformWheel},
     )
 
 

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the build reads: the project files and the package's sources.
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
 #: Build products and caches a fresh clone does not have.
 NOT_IN_A_CLONE = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "*.pyc")
 
@@ -35,7 +35,7 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     command = [sys.executable, "-m", "pip", "wheel", str(tree), "-w", str(out)]
     done = subprocess.run(
-        [*command, "--no-deps", "--no-build-isolation", "--no-cache-dir", "-q"],
+        [*command, "--no-deps", "--no-build-isolation", "--no-cache-dir", "-v"],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -44,9 +44,17 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    # No compiler (CC=false): the build says so (on its stderr, which pip shows with -v, and
+    # on the terminal where there is one), and still succeeds.
+    assert "the native CPU engine could not be compiled" in done.stdout + done.stderr
     (wheel,) = out.glob("cudnn_rnn-*.whl")
+    # One wheel for every Python version: the engine is a C library loaded with ctypes.
+    assert wheel.name.split("-")[2:4] == ["py3", "none"], wheel.name
     with zipfile.ZipFile(wheel) as archive:
-        return archive.namelist()
+        names = archive.namelist()
+        reason = archive.read("cudnn_rnn/_engine_not_built.txt").decode()
+    assert "CompileError" in reason or "false" in reason, reason
+    return names
 
 
 def test_the_wheel_holds_the_library_and_the_command(wheel_files: list[str]) -> None:
@@ -82,9 +90,18 @@ def test_the_wheel_holds_no_suite_gpu_check_demo_or_text(wheel_files: list[str])
         or "/data/" in name
         or (
             name.endswith((".txt", "suite.py", "gpu_check.py", "demo.py", "sanitize.py"))
-            and not name.endswith(("entry_points.txt", "top_level.txt"))
+            and not name.endswith(("entry_points.txt", "top_level.txt", "_engine_not_built.txt"))
         )
     ]
     assert not leaked, leaked
+    # No C sources, no tests: the library, its typing marker and the build's note only.
+    assert not [n for n in wheel_files if n.endswith((".c", ".inc", ".h"))]
+
+
+def test_the_wheel_carries_the_license(wheel_files: list[str]) -> None:
+    info = next(n.split("/")[0] for n in wheel_files if n.split("/")[0].endswith(".dist-info"))
+    assert any(n.startswith(f"{info}/") and n.endswith("LICENSE") for n in wheel_files)
+    metadata = [n for n in wheel_files if n == f"{info}/METADATA"]
+    assert metadata
     # The package's bench is the small timer of a user's model, not the suite.
     assert not any(name.endswith("profile_overhead.py") for name in wheel_files)

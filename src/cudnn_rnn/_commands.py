@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from cudnn_rnn import atomic, bench, convert, files, model_files
-from cudnn_rnn.cli import OptionError, OutputError, progress, say
+from cudnn_rnn._console import OptionError, OutputError, progress, say
 from cudnn_rnn.files import quote
 from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.layers import _CudnnRNN

@@ -45,42 +45,12 @@ import sys
 from collections.abc import Sequence
 
 from cudnn_rnn import __version__, atomic, convert
+from cudnn_rnn._console import OptionError, OutputError, end_progress
 from cudnn_rnn._timing import add_timing_arguments
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import FormatError, clip, escape, first_line
 
 __all__ = ["DESCRIPTION", "EPILOG", "UsageError", "build_parser", "main"]
-
-
-class OutputError(UsageError):
-    """The output cannot be written: its line names the output, not the source."""
-
-
-class OptionError(UsageError):
-    """An option's value is wrong: its line names the option, not the source."""
-
-
-def say(line: str) -> None:
-    """Print one line of output, escaped: nothing in it can drive the terminal or break it."""
-    print(escape(line))
-
-
-def progress(line: str) -> None:
-    """Say on stderr what a long command is doing now, escaped; on a terminal each line
-    replaces the last (a status line), elsewhere each is a line of its own, so a log shows them."""
-    stream = sys.stderr
-    if stream.isatty():
-        stream.write("\r\033[K" + escape(f"cudnn-rnn: {line}"))
-    else:
-        stream.write(escape(f"cudnn-rnn: {line}") + "\n")
-    stream.flush()
-
-
-def _end_progress() -> None:
-    """Clear a status line left on the terminal (nothing elsewhere)."""
-    if sys.stderr.isatty():
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
 
 
 def _written() -> str:
@@ -216,11 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # (the completion script, help text)
         return _closed_pipe()
     except KeyboardInterrupt:
-        _end_progress()
+        end_progress()
         print("cudnn-rnn: interrupted", file=sys.stderr)
         return 130
     finally:
-        _end_progress()
+        end_progress()
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -174,13 +174,26 @@ class _Library:
 
 def _load() -> ctypes.CDLL:
     package = Path(__file__).resolve().parent.parent
-    candidates = [package / f"_engine{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    # The build's one name first (setup.py: ``_engine.so`` for every Python); then the names a
+    # build of an older version gave it (one per Python version).
+    candidates = [package / "_engine.so"] + [
+        package / f"_engine{suffix}"
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        if suffix != ".so"
+    ]
     chosen = os.environ.get(LIBRARY_ENV)
     if chosen:  # a build of the engine other than the package's (the sanitizer run)
         candidates = [Path(chosen)]
     found = [p for p in candidates if p.is_file()]
     if not found:
         where = chosen if chosen else package / "_engine*.so"
+        why = package / "_engine_not_built.txt"  # written by the build where it failed
+        if not chosen and why.is_file():
+            reason = why.read_text(encoding="utf-8", errors="replace").strip()
+            raise OSError(
+                f"the native engine was not compiled at install ({reason[:300]}); install a C "
+                "compiler and reinstall cudnn-rnn"
+            )
         raise OSError(f"the native engine is not built (no {where})")
     lib = ctypes.CDLL(str(found[0]))
     if lib.cr_abi_version() != ABI_VERSION:
