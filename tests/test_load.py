@@ -136,3 +136,47 @@ def test_cli_errors_name_cli_options(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["convert", str(tmp_path / "two.pt"), str(tmp_path / "o.safetensors")]) == 2
     err = capsys.readouterr().err
     assert "--model NAME" in err and "name=" not in err and "prefix=" not in err
+
+
+CELLS = FIXTURES / "tf1_cells"
+
+
+@pytest.mark.parametrize(
+    "fixture", ["lstm", "lstm_proj", "basic_lstm", "multi_lstm", "bidi_lstm", "stack_bidi"]
+)
+def test_tf1_standard_cells_load_in_one_call_and_compute_what_tf_computed(fixture: str) -> None:
+    """Checkpoints written by real TensorFlow (tf.compat.v1 cells, dynamic_rnn with lengths,
+    non-zero biases): cudnn_rnn.load takes the file's one RNN, with the forget_bias TF used."""
+    expected = np.load(CELLS / f"{fixture}.npz")
+    (found,) = [f for f in cudnn_rnn.find_rnns(CELLS / f"{fixture}.ckpt") if f.computable]
+    notes: list[str] = []
+    layer = cudnn_rnn.load(
+        CELLS / f"{fixture}.ckpt", forget_bias=float(expected["forget_bias"]), note=notes.append
+    )
+    assert layer.num_units == found.num_units and any("forget_bias" in n for n in notes)
+    time_major = bool(expected["time_major"])
+    x = torch.from_numpy(expected["inputs"])
+    with torch.no_grad():
+        y, states = layer(x, sequence_lengths=expected["lengths"].tolist(), time_major=time_major)
+    np.testing.assert_allclose(y.numpy(), expected["outputs"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(states[0].numpy(), expected["h"], rtol=0, atol=1e-5)
+
+
+def test_tf1_cells_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(CELLS / "basic_lstm.ckpt")]) == 0
+    assert "lstm" in capsys.readouterr().out
+    out = tmp_path / "b.safetensors"
+    assert main(["convert", str(CELLS / "basic_lstm.ckpt"), str(out), "--forget-bias", "0.5"]) == 0
+    assert "note: " in capsys.readouterr().out
+    expected = np.load(CELLS / "basic_lstm.npz")
+    assert float(expected["forget_bias"]) == 0.5
+    layer = cudnn_rnn.load(out)
+    with torch.no_grad():
+        y, _ = layer(
+            torch.from_numpy(expected["inputs"]),
+            sequence_lengths=expected["lengths"].tolist(),
+            time_major=bool(expected["time_major"]),
+        )
+    np.testing.assert_allclose(y.numpy(), expected["outputs"], rtol=0, atol=1e-5)
+    with pytest.raises(UsageError, match="forget_bias is for TF's standard LSTM cells"):
+        cudnn_rnn.load(FIXTURES / "tf1" / "cudnn_lstm.ckpt", forget_bias=1.0)

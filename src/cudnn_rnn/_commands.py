@@ -218,6 +218,7 @@ def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
         args.layer,
         model=args.model,
         note=lambda text: say(f"note: {text}"),
+        forget_bias=args.forget_bias,
         **_keras_options(args),
     )
 

@@ -157,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
             "the file holds several",
         )
         p.add_argument("--layer", metavar="NAME", help="the older name of --model (Keras .h5)")
+        p.add_argument(
+            "--forget-bias",
+            type=float,
+            metavar="VALUE",
+            help="TF1 checkpoints of TF's standard LSTM cells: the forget_bias the cells added "
+            "at run time, which a checkpoint does not store (default: TF's 1.0)",
+        )
     for p in (inspect, convert_cmd, bench_cmd):
         p.add_argument(
             "--keras-version",

@@ -220,7 +220,19 @@ def find_rnns(
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
         return torch_file.find_rnns(path, activation=activation)
-    return [_found_model(i, m, kind) for i, m in enumerate(models)]
+    return [_found_model(i, m, kind) for i, m in enumerate(models)] + _standard_cells(
+        reader, claims, kind
+    )
+
+
+def _standard_cells(reader: str, claims: Claims, kind: str) -> list[FoundRNN]:
+    """The RNNs of TF's standard cells a TF1 checkpoint holds (LSTMCell, MultiRNNCell stacks,
+    bidirectional pairs...: :mod:`cudnn_rnn.formats.tf1.cells`); none in other formats."""
+    if reader != "tf":
+        return []
+    from cudnn_rnn.formats.tf1 import cells
+
+    return cells.find_cells({n: s for n, (s, _) in claims.items()}, kind)
 
 
 def unread_groups(path: str) -> list[str]:
@@ -264,6 +276,7 @@ def load_layer(
     model: str | None = None,
     note: Callable[[str], None] | None = None,
     spelling: Spelling = CLI,
+    forget_bias: float | None = None,
     **keras: Any,
 ) -> _CudnnRNN:
     """One model from any supported file, as our layer.
@@ -273,8 +286,10 @@ def load_layer(
     several); ``layer_name`` is its older name for a Keras ``.h5`` layer. ``keras`` are the
     Keras reader's options (``confirm_keras_version``, ``merge_layers``).
     ``note`` is told, in one line, of what was read otherwise than asked (a TF1 opaque kernel
-    that does not fit, whose biases are then split in halves). ``spelling``: how messages name
-    the choices (the command's options, or the Python API's arguments).
+    that does not fit, whose biases are then split in halves; what a TF1 standard cell's
+    checkpoint does not store). ``spelling``: how messages name the choices (the command's
+    options, or the Python API's arguments). ``forget_bias``: what TF's LSTM cells added to the
+    forget gate at run time (not stored in a checkpoint; TF's default 1.0 where not given).
     """
     reader = reader_of(path)
     if model is not None and layer_name is not None and model != layer_name:
@@ -294,7 +309,20 @@ def load_layer(
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
         return _torch_layer(path, model, activation, spelling)
-    config = _pick_model(path, models, model, files.sniff(path), spelling)
+    kind = files.sniff(path)
+    cells = _standard_cells(reader, claims, kind)
+    if cells:
+        found = [_found_model(i, m, kind) for i, m in enumerate(models)] + cells
+        if model is None:
+            model = _only_one(path, found, spelling)
+        if model in {c.name for c in cells}:
+            return _cells_layer(path, model, activation, forget_bias, note)
+    if forget_bias is not None:
+        raise UsageError(
+            f"{path}: forget_bias is for TF's standard LSTM cells, which this file's model is "
+            "not (a cuDNN model stores its biases whole)."
+        )
+    config = _pick_model(path, models, model, kind, spelling)
     mode = config["rnn_mode"]
     if config.get("activation_known") is False:
         if activation is None:
@@ -337,6 +365,29 @@ def load_layer(
                 )
     checkpoint.load_into(path, [layer], tensors)
     return layer
+
+
+def _cells_layer(
+    path: str,
+    name: str,
+    activation: str | None,
+    forget_bias: float | None,
+    note: Callable[[str], None] | None,
+) -> _CudnnRNN:
+    """The RNN of TF's standard cells named ``name``, read as data and built as our layer."""
+    from cudnn_rnn.formats.canonical import layer_from_canonical
+    from cudnn_rnn.formats.tf1 import cells
+
+    read = cells.read_cells(
+        path, name, forget_bias=1.0 if forget_bias is None else forget_bias, activation=activation
+    )
+    if note is not None:
+        for line in read.notes:
+            note(f"{path}: {line}")
+    return layer_from_canonical(
+        read.spec, read.weights, read.biases, dtype=read.weights[0].dtype,
+        device=torch.device("cpu"), owner="cudnn_rnn.load",
+    )  # fmt: skip
 
 
 def _pick_model(
@@ -475,6 +526,7 @@ def load(
     name: str | None = None,
     *,
     activation: str | None = None,
+    forget_bias: float | None = None,
     note: Callable[[str], None] | None = None,
     **options: Any,
 ) -> _CudnnRNN:
@@ -485,8 +537,11 @@ def load(
     ``.h5`` files; the format is told by the content. ``name`` picks one of the RNNs
     :func:`cudnn_rnn.find_rnns` lists (its ``name``); it is needed only where the file holds
     several that cuDNN's math computes, and the refusal then lists them.
-    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record. ``note``
-    is told, in one line, of anything read otherwise than asked. ``options`` go to the format's
+    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record;
+    ``forget_bias`` what a TF1 checkpoint of TF's standard LSTM cells (``LSTMCell``,
+    ``BasicLSTMCell``, ``LSTMBlockCell``...) does not store (TF's default 1.0 where not given).
+    ``note`` is told, in one line each, of anything read otherwise than asked and of what a
+    user must know to compute what the producer computed. ``options`` go to the format's
     reader (Keras .h5: ``confirm_keras_version``, ``merge_layers``).
 
     The layer is built, on the CPU, in the file's floating dtype, holding the file's weights
@@ -503,5 +558,6 @@ def load(
     4
     """
     return load_layer(
-        os.fspath(path), activation, model=name, note=note, spelling=PYTHON, **options
-    )
+        os.fspath(path), activation, model=name, note=note, spelling=PYTHON,
+        forget_bias=forget_bias, **options,
+    )  # fmt: skip
