@@ -110,6 +110,11 @@ def cpu_engine() -> str:
     return native.describe()
 
 
+def __dir__() -> list[str]:
+    """The public surface (``__all__``, the lazily loaded names included), nothing else."""
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'cudnn_rnn' has no attribute {name!r}")
