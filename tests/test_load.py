@@ -180,3 +180,18 @@ def test_tf1_cells_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFix
     np.testing.assert_allclose(y.numpy(), expected["outputs"], rtol=0, atol=1e-5)
     with pytest.raises(UsageError, match="forget_bias is for TF's standard LSTM cells"):
         cudnn_rnn.load(FIXTURES / "tf1" / "cudnn_lstm.ckpt", forget_bias=1.0)
+
+
+def test_one_registry_covers_every_format_s_finder_loader_and_help() -> None:
+    from cudnn_rnn import cli, model_files
+    from cudnn_rnn.formats import registry
+
+    names = [f.name for f in registry.FORMATS]
+    assert sorted(names) == sorted(model_files._FINDERS) == sorted(model_files._LOADERS)
+    assert set(model_files.READERS.values()) == set(names)
+    for f in registry.FORMATS:
+        assert f.title in cli.DESCRIPTION
+        for kind in f.kinds:
+            assert registry.reader_for_kind(kind) == f.name
+        for ext in f.extensions:
+            assert registry.reader_for_name(f"model{ext.upper()}") == f.name

@@ -49,6 +49,7 @@ from cudnn_rnn._console import OptionError, OutputError, end_progress
 from cudnn_rnn._timing import add_timing_arguments
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import FormatError, clip, escape, first_line
+from cudnn_rnn.formats import registry
 
 __all__ = ["DESCRIPTION", "EPILOG", "UsageError", "build_parser", "main"]
 
@@ -61,8 +62,8 @@ def _written() -> str:
 DESCRIPTION = (
     "cudnn-rnn: TensorFlow 1.x's tf.contrib.cudnn_rnn re-created on PyTorch (cuDNN-exact LSTM, "
     "GRU and RNN layers on CPU and GPU). This command inspects and converts RNN checkpoints and "
-    "models (our safetensors, TF1 checkpoints without TensorFlow, ONNX, torch state_dicts, "
-    "Keras 2 .h5 files) and times one against torch.nn and the other runtimes installed. Exit "
+    f"models ({registry.READ}) and times one against torch.nn and the other runtimes "
+    "installed. Exit "
     "status: 0 done, 2 bad input or a bad file (one line says what to do), 1 an internal error "
     "(a bug: please report it), 130 interrupted."
 )
@@ -93,11 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="list the tensors of a file and every RNN it holds",
         description="List the tensors (name, shape, dtype) of PATH and every RNN in it, by the "
-        "name --model takes, with whether cuDNN's math computes it (and if not, why): our "
-        ".safetensors, a TF1 checkpoint (PREFIX or PREFIX.index), .onnx (RNN nodes at any "
-        "depth of a whole network), a torch state_dict (torch.save), a TorchScript archive, "
-        ".npz of torch names, or a Keras 2 .h5 model or weights file (its RNN layers). Exits 2 "
-        "when it holds RNNs but none that cuDNN's math computes.",
+        "name --model takes, with whether cuDNN's math computes it (and if not, why). The "
+        f"format is told by the content: {registry.READ}. Exits 2 when it holds RNNs but none "
+        "that cuDNN's math computes.",
     )
     inspect.add_argument("path")
     inspect.add_argument(

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,7 +36,7 @@ from cudnn_rnn.core import tf_names
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import Claims, clip, first_line, quote
 from cudnn_rnn.formats import onnx as onnx_format
-from cudnn_rnn.formats import torch_file, torch_nn
+from cudnn_rnn.formats import registry, torch_file, torch_nn
 from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
 from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
@@ -87,31 +86,8 @@ PYTHON = Spelling(
     "name=NAME", 'activation="tanh" or activation="relu"', "cudnn_rnn.find_rnns(path)"
 )
 
-#: Each kind :func:`cudnn_rnn.files.sniff` tells -> the reader of its files.
-READERS = {
-    files.SAFETENSORS: "safetensors",
-    files.TF1: "tf",
-    files.ONNX: "onnx",
-    files.TORCH_ZIP: "torch",
-    files.TORCH_PICKLE: "torch",
-    files.TORCHSCRIPT: "torch",  # its tensors, read without running its code
-    files.NPZ: "torch",  # arrays under torch's state_dict names
-    files.HDF5: "keras_h5",
-}
-#: The reader a name's extension asks for, for a file whose content proves nothing.
-_BY_EXTENSION = {
-    ".safetensors": "safetensors",
-    ".onnx": "onnx",
-    ".pt": "torch",
-    ".pth": "torch",
-    ".h5": "keras_h5",
-    ".hdf5": "keras_h5",
-}
-#: What the command says about the kinds it recognises but cannot read.
-_NOT_READ = {
-    files.ZIP: "cudnn-rnn reads no such archive",
-}
-_READ = "safetensors, TF1 checkpoints, ONNX, torch.save state_dicts or Keras 2 .h5 files"
+#: Each kind :func:`cudnn_rnn.files.sniff` tells -> the reader of its files (the registry's).
+READERS = {kind: f.name for f in registry.FORMATS for kind in f.kinds}
 _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
     "lstm": CudnnLSTMSaveable,
     "gru": CudnnGRUSaveable,
@@ -129,17 +105,18 @@ def reader_of(path: str) -> str:
             f"{path}: the index of a TF1 checkpoint, but not named PREFIX.index; give it its "
             "name back (beside its PREFIX.data-* files) and pass PREFIX."
         )
-    if kind in READERS:
-        return READERS[kind]
-    if kind in _NOT_READ:
-        raise UnsupportedFormat(f"{path}: {files.KINDS[kind]}; {_NOT_READ[kind]}.")
+    reader = registry.reader_for_kind(kind)
+    if reader is not None:
+        return reader
+    if kind in registry.NOT_READ:
+        raise UnsupportedFormat(f"{path}: {files.KINDS[kind]}; {registry.NOT_READ[kind]}.")
     if checkpoint.is_tf_checkpoint(path):
         return "tf"
-    by_name = _BY_EXTENSION.get(Path(path).suffix)
+    by_name = registry.reader_for_name(path)
     if by_name is None:
         raise UnsupportedFormat(
-            f"{path}: its content is of no format cudnn-rnn reads ({_READ}), nor does its name "
-            "say one; if it is one of them, it is truncated or corrupt."
+            f"{path}: its content is of no format cudnn-rnn reads ({registry.READ}), nor does "
+            "its name say one; if it is one of them, it is truncated or corrupt."
         )
     return by_name
 
@@ -207,15 +184,35 @@ def find_rnns(
     (``confirm_keras_version``, ``merge_layers``)."""
     path = os.fspath(path)
     reader = reader_of(path)
-    kind = files.sniff(path)
-    if reader == "keras_h5":
-        from cudnn_rnn.formats import keras_h5
+    return _FINDERS[reader](path, reader, activation, keras)
 
-        return keras_h5.find_rnns(path, **{**_keras_h5_options(activation), **keras})
-    if reader == "onnx":
-        return onnx_format.find_rnns(path)
-    if reader == "torch":
-        return torch_file.find_rnns(path, activation=activation)
+
+def _find_keras_h5(
+    path: str, reader: str, activation: str | None, keras: dict[str, Any]
+) -> list[FoundRNN]:
+    from cudnn_rnn.formats import keras_h5
+
+    return keras_h5.find_rnns(path, **{**_keras_h5_options(activation), **keras})
+
+
+def _find_onnx(
+    path: str, reader: str, activation: str | None, keras: dict[str, Any]
+) -> list[FoundRNN]:
+    return onnx_format.find_rnns(path)
+
+
+def _find_torch(
+    path: str, reader: str, activation: str | None, keras: dict[str, Any]
+) -> list[FoundRNN]:
+    return torch_file.find_rnns(path, activation=activation)
+
+
+def _find_checkpoint(
+    path: str, reader: str, activation: str | None, keras: dict[str, Any]
+) -> list[FoundRNN]:
+    """Our checkpoints and TF1's: the models our metadata or TF's names describe, and TF's
+    standard cells."""
+    kind = files.sniff(path)
     claims = checkpoint.read_claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
@@ -223,6 +220,16 @@ def find_rnns(
     return [_found_model(i, m, kind) for i, m in enumerate(models)] + _standard_cells(
         reader, claims, kind
     )
+
+
+#: Each format of the registry -> what lists the RNNs of its files.
+_FINDERS: dict[str, Callable[[str, str, str | None, dict[str, Any]], list[FoundRNN]]] = {
+    "safetensors": _find_checkpoint,
+    "tf": _find_checkpoint,
+    "onnx": _find_onnx,
+    "torch": _find_torch,
+    "keras_h5": _find_keras_h5,
+}
 
 
 def _standard_cells(reader: str, claims: Claims, kind: str) -> list[FoundRNN]:
@@ -295,16 +302,50 @@ def load_layer(
     if model is not None and layer_name is not None and model != layer_name:
         raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
     model = model if model is not None else layer_name
-    if reader == "keras_h5":
-        return _keras_h5_layer(path, activation, model, keras, spelling)
-    if reader == "onnx":
-        if model is None:
-            # The one RNN the file holds, wherever it is in the graph (a graph that is more than
-            # RNN nodes is read by the node's name).
-            model = _only_one(path, onnx_format.find_rnns(path), spelling)
-        return onnx_format.from_onnx(path, node=model)
-    if reader == "torch":
-        return _torch_layer(path, model, activation, spelling)
+    ask = _Request(path, reader, model, activation, spelling, note, forget_bias, keras)
+    if forget_bias is not None and reader != "tf":
+        raise UsageError(
+            f"{path}: forget_bias is for TF1 checkpoints of TF's standard LSTM cells, which "
+            "this file is not."
+        )
+    return _LOADERS[reader](ask)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What :func:`load_layer` was asked, as each format's loader takes it."""
+
+    path: str
+    reader: str
+    model: str | None
+    activation: str | None
+    spelling: Spelling
+    note: Callable[[str], None] | None
+    forget_bias: float | None
+    keras: dict[str, Any]
+
+
+def _load_keras_h5(ask: _Request) -> _CudnnRNN:
+    return _keras_h5_layer(ask.path, ask.activation, ask.model, ask.keras, ask.spelling)
+
+
+def _load_onnx(ask: _Request) -> _CudnnRNN:
+    model = ask.model
+    if model is None:
+        # The one RNN the file holds, wherever it is in the graph (a graph that is more than
+        # RNN nodes is read by the node's name).
+        model = _only_one(ask.path, onnx_format.find_rnns(ask.path), ask.spelling)
+    return onnx_format.from_onnx(ask.path, node=model)
+
+
+def _load_torch(ask: _Request) -> _CudnnRNN:
+    return _torch_layer(ask.path, ask.model, ask.activation, ask.spelling)
+
+
+def _load_checkpoint(ask: _Request) -> _CudnnRNN:
+    """Our checkpoints and TF1's (see :func:`_find_checkpoint`)."""
+    path, reader, model, activation = ask.path, ask.reader, ask.model, ask.activation
+    spelling, note, forget_bias = ask.spelling, ask.note, ask.forget_bias
     claims = checkpoint.read_claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
@@ -365,6 +406,16 @@ def load_layer(
                 )
     checkpoint.load_into(path, [layer], tensors)
     return layer
+
+
+#: Each format of the registry -> what loads one RNN of its files as our layer.
+_LOADERS: dict[str, Callable[[_Request], _CudnnRNN]] = {
+    "safetensors": _load_checkpoint,
+    "tf": _load_checkpoint,
+    "onnx": _load_onnx,
+    "torch": _load_torch,
+    "keras_h5": _load_keras_h5,
+}
 
 
 def _cells_layer(
