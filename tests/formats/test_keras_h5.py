@@ -26,6 +26,7 @@ import torch
 from cudnn_rnn import convert
 from cudnn_rnn.cli import main
 from cudnn_rnn.formats.canonical import layer_canonical
+from cudnn_rnn.formats.keras import GO_BACKWARDS_NOTE
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
 from tests.support import h5_hostile
 from tests.support.paths import FIXTURES, ROOT
@@ -186,7 +187,6 @@ def test_describe() -> None:
             "merge_sum_model.h5",
             r"layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode 'sum'",
         ),
-        ("go_backwards_model.h5", r"layer 'lstm\w*' \(LSTM\): go_backwards=True"),
         (
             "plain_weights.h5",
             r"\(1\) layers 'lstm', 'bidirectional': a weights-only file does not record the "
@@ -217,7 +217,6 @@ def _edited_config(tmp_path: Path, src: str, edit: Any) -> Path:
     [
         ("activation", "relu", r"layer 'lstm' \(LSTM\): activation 'relu' is not cuDNN's 'tanh'"),
         ("recurrent_activation", "hard_sigmoid", r"recurrent_activation 'hard_sigmoid'"),
-        ("go_backwards", True, r"layer 'lstm' \(LSTM\): go_backwards=True"),
     ],
 )
 def test_config_settings_refused(tmp_path: Path, key: str, value: Any, match: str) -> None:
@@ -604,7 +603,7 @@ def test_malformed_reader_output_refused(blob: bytes, match: str) -> None:
     with pytest.raises(
         KerasH5Error, match=rf"^from_keras_h5: 'x.h5': the reader process sent a {match}"
     ):
-        keras_h5._parse(bytearray(blob), "'x.h5'")
+        keras_h5._parse(bytearray(blob), "from_keras_h5: 'x.h5'")
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -626,7 +625,7 @@ def test_cli_convert_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["convert", src, str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and src in err
-    assert "holds 2 RNN layers ('cu_dnnlstm', 'cu_dnngru'); pick one with --model NAME" in err
+    assert re.search(r"holds 2 RNN.*\('cu_dnnlstm', 'cu_dnngru'\); pick one with --model NAME", err)
     assert main(["convert", src, str(tmp_path / "gru.pt"), "--layer", "cu_dnngru"]) == 0
     gru = torch.nn.GRU(4, 3, batch_first=True)
     gru.load_state_dict(torch.load(tmp_path / "gru.pt", weights_only=True))
@@ -980,12 +979,12 @@ def test_every_setting_of_a_layer_listed(tmp_path: Path) -> None:
 
     with pytest.raises(
         ValueError,
-        match=r"3 problems in 1 RNN layer: \(1\) layer 'lstm' \(LSTM\): go_backwards=True is not "
-        r"supported.* \(2\) layer 'lstm' \(LSTM\): activation 'relu' is not cuDNN's 'tanh'.* "
-        r"\(3\) layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid' is not cuDNN's "
-        r"'sigmoid'.*recurrent_activation='sigmoid'\)\.$",
-    ):
+        match=r"2 problems in 1 RNN layer: \(1\) layer 'lstm' \(LSTM\): activation 'relu' is not "
+        r"cuDNN's 'tanh'.* \(2\) layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid' is "
+        r"not cuDNN's 'sigmoid'.*recurrent_activation='sigmoid'\)\.$",
+    ) as info:
         from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
+    assert "go_backwards" not in str(info.value)  # read, with a note: not a problem
 
 
 def test_every_refused_layer_listed(tmp_path: Path) -> None:
@@ -1024,6 +1023,107 @@ def test_backward_layer_settings_named(tmp_path: Path) -> None:
         r"\(Bidirectional\(LSTM\)\): backward layer: activation 'relu'",
     ):
         from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
+
+
+# -- go_backwards=True outside Bidirectional: read, with a note on how to feed it -------------
+
+
+def _reverse_within(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each batch-major sequence reversed within its length; the padding stays where it is."""
+    out = x.copy()
+    for b, n in enumerate(lengths):
+        out[b, :n] = x[b, :n][::-1]
+    return out
+
+
+def test_go_backwards_layer_is_listed_with_its_sizes_and_a_note() -> None:
+    (found,) = keras_h5.find_rnns(FIXTURES / "go_backwards_model.h5")
+    assert (found.name, found.mode, found.direction, found.computable) == (
+        "lstm_2", "lstm", "unidirectional", True,
+    )  # fmt: skip
+    assert (found.num_layers, found.num_units, found.input_size) == (1, 3, 3)
+    assert found.details["go_backwards"] is True and found.details["note"] == GO_BACKWARDS_NOTE
+    assert "x.flip(time axis)" in GO_BACKWARDS_NOTE
+    data = keras_h5.read(FIXTURES / "go_backwards_model.h5", "lstm_2")
+    assert data.notes == (GO_BACKWARDS_NOTE,) and data.found == found
+    assert (data.spec.mode, data.spec.num_units, data.spec.input_size) == ("lstm", 3, 3)
+
+
+def test_go_backwards_layer_computes_what_keras_computed_on_the_reversed_input() -> None:
+    """Keras reverses the input in time and returns the outputs in the order it computed them:
+    our layer on x.flip(time) gives them as they are (go_backwards_model.npz: Keras 3 running
+    the file's weights, see make_keras3_fixtures.py)."""
+    (layer,) = from_keras_h5(FIXTURES / "go_backwards_model.h5", layers=["lstm_2"]).values()
+    keras = np.load(FIXTURES / "go_backwards_model.npz")
+    x, want = keras["input"], keras["lstm_2/output"]
+    out, (h, _) = _run(layer, x[:, ::-1].copy())
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(h[0].numpy(), want[:, -1], rtol=0, atol=1e-5)
+    # With padding: each sequence reversed within its length, and sequence_lengths.
+    x, lengths, want = (keras[f"masked/{k}"] for k in ("input", "lengths", "lstm_2/output"))
+    with torch.no_grad():
+        y, (h, _) = layer(
+            torch.from_numpy(_reverse_within(x, lengths)),
+            time_major=False,
+            sequence_lengths=torch.from_numpy(lengths),
+        )
+    for b, n in enumerate(lengths):  # Keras's padded steps came first: zeros
+        np.testing.assert_allclose(y[b, :n].numpy(), want[b, -n:], rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(want[b, :-n], 0.0)
+    np.testing.assert_allclose(h[0].numpy(), want[:, -1], rtol=0, atol=1e-5)
+
+
+def test_go_backwards_layer_loads_by_the_one_loader_and_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cudnn_rnn
+    from cudnn_rnn.model_files import load_layer
+
+    path = FIXTURES / "go_backwards_model.h5"
+    direct = from_keras_h5(path)["lstm_2"]
+    for layer in (cudnn_rnn.load(path), load_layer(str(path), model="lstm_2")):
+        assert isinstance(layer, CudnnLSTM)
+        torch.testing.assert_close(layer.opaque_kernel, direct.opaque_kernel, rtol=0, atol=0)
+    assert main(["convert", str(path), str(tmp_path / "x.pt")]) == 0
+    assert (tmp_path / "x.pt").is_file()
+    capsys.readouterr()
+    assert main(["inspect", str(path)]) == 0
+    assert "'lstm_2': lstm unidirectional (num_layers=1, num_units=3" in capsys.readouterr().out
+
+
+def test_go_backwards_in_a_config_is_read_and_never_merged(tmp_path: Path) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[2]["config"]["go_backwards"] = True  # lstm_1, between lstm and lstm_2
+
+    path = _edited_config(tmp_path, "stack_model.h5", edit)
+    assert list(from_keras_h5(path, merge_layers=True))[:3] == ["lstm", "lstm_1", "lstm_2"]
+    described = {d["layer"]: d for d in describe_keras_h5(path)}
+    assert described["lstm_1"]["go_backwards"] is True and "go_backwards" not in described["lstm"]
+
+
+def test_go_backwards_forward_side_of_bidirectional_refused(tmp_path: Path) -> None:
+    def edit(layers: list[dict[str, Any]]) -> None:
+        layers[5]["config"]["layer"]["config"]["go_backwards"] = True  # Bidirectional(LSTM)
+
+    with pytest.raises(
+        ValueError,
+        match=r"layer 'bidirectional' \(Bidirectional\(LSTM\)\): go_backwards=True in the forward "
+        r"layer of a Bidirectional wrapper reads the sequence backward",
+    ):
+        from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
+
+
+def test_read_returns_one_layer_as_data() -> None:
+    data = keras_h5.read(FIXTURES / "stack_model.h5", "lstm+lstm_1+lstm_2", merge_layers=True)
+    assert (data.spec.num_layers, data.spec.num_units, data.notes) == (3, 3, ())
+    merged = from_keras_h5(FIXTURES / "stack_model.h5", merge_layers=True)["lstm+lstm_1+lstm_2"]
+    _, weights, biases = layer_canonical(merged, "test")
+    for ours, theirs in zip([*weights, *biases], [*data.weights, *data.biases]):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"layer 'lstm' \(LSTM\): recurrent_activation 'hard_"):
+        keras_h5.read(FIXTURES / "hard_sigmoid_model.h5", "lstm")
+    with pytest.raises(ValueError, match=r"has no RNN layer 'dense'; its RNN layers: \['lstm', "):
+        keras_h5.read(FIXTURES / "plain_model.h5", "dense")
 
 
 # -- merge_layers: consecutive compatible layers as one multi-layer layer ---------------------

@@ -23,12 +23,14 @@ reads what a Keras reader looks at, and writes plain data to stdout:
   text}``.
 
 What it visits is exactly what the parent asks for: the root and ``model_weights``, each name of
-``layer_names`` and each name of every layer's ``weight_names``, one hard link at a time (soft
-and external links are reported, never followed, so no other file is opened). Values are read
-only when asked, only for the weights of layers that have a ``recurrent_kernel`` (the RNN
-layers), only for plain float datasets stored in the file, and only when their sizes add up to
-no more than the file's size; they come back in native byte order (``>f4`` becomes ``float32``,
-as Keras's own loader gives them).
+``layer_names`` and each name of every layer's ``weight_names`` (a Keras 2 file); or, where the
+request says ``paths`` (a Keras 3 weights file, whose weights are named by their place), each
+path of the JSON list on its stdin, from the root; one hard link at a time (soft and external
+links are reported, never followed, so no other file is opened). Values are read only when
+asked, only for the weights of layers that have a ``recurrent_kernel`` (the RNN layers) or for
+the datasets the ``paths`` name, only for plain float datasets stored in the file, and only when
+their sizes add up to no more than the file's size; they come back in native byte order (``>f4``
+becomes ``float32``, as Keras's own loader gives them).
 
 Limits set here on POSIX: no core file; an address space of what the imports took plus twice the
 file's size plus 1 GiB (the parent sizes it); an output file of at most what the parent accepts.
@@ -54,8 +56,9 @@ from typing import Any
 
 #: Attributes a Keras reader asks any group for (which ones depends on the group's role, and a
 #: hostile file can give one group several roles, so every visited group answers all of them).
-#: ``keras_version`` tells which defaults the layers of a weights-only file had.
-ATTRS = ("layer_names", "model_config", "weight_names", "keras_version")
+#: ``keras_version`` tells which defaults the layers of a weights-only file had; Keras 3 names
+#: the layer whose variables a ``vars`` group holds in its ``name``.
+ATTRS = ("layer_names", "model_config", "weight_names", "keras_version", "name")
 FLOAT_SIZES = (2, 4, 8)
 HEADER = 8
 ALIGN = 8
@@ -184,7 +187,9 @@ class Reader:
         return [n for n in names if n is not None]
 
 
-def snapshot(path: str, want_data: bool) -> tuple[dict[str, Any], list[Any]]:
+def snapshot(
+    path: str, want_data: bool, paths: list[str] | None = None
+) -> tuple[dict[str, Any], list[Any]]:
     import h5py
     import numpy as np
 
@@ -204,21 +209,32 @@ def snapshot(path: str, want_data: bool) -> tuple[dict[str, Any], list[Any]]:
         with f:
             reader = Reader(h5py, np)
             root = reader.add(f, "/")
-            weights_root = reader.walk(root, "model_weights")
-            if weights_root is None:
-                weights_root = root
-            layers: list[int] = []
-            for layer in reader.names(weights_root, "layer_names"):
-                group = reader.walk(weights_root, layer)
-                if group is None:
-                    continue
-                weights = reader.names(group, "weight_names")
-                found = [reader.walk(group, w) for w in weights]
-                if any(_base(w) == "recurrent_kernel" for w in weights):
-                    layers.extend(i for i in found if i is not None)
+            if paths is None:
+                layers = _keras2_rnn_weights(reader, root)
+            else:
+                found = [reader.walk(root, str(p)) for p in paths]
+                layers = [i for i in found if i is not None]
             claimed, payload = _read_values(reader, layers, size) if want_data else (0, [])
             doc = {"size": size, "claimed": claimed, "root": root, "nodes": reader.nodes}
             return doc, payload
+
+
+def _keras2_rnn_weights(reader: Reader, root: int) -> list[int]:
+    """The weights of a Keras 2 file's RNN layers (those with a ``recurrent_kernel``), visiting
+    every layer's weights on the way."""
+    weights_root = reader.walk(root, "model_weights")
+    if weights_root is None:
+        weights_root = root
+    layers: list[int] = []
+    for layer in reader.names(weights_root, "layer_names"):
+        group = reader.walk(weights_root, layer)
+        if group is None:
+            continue
+        weights = reader.names(group, "weight_names")
+        found = [reader.walk(group, w) for w in weights]
+        if any(_base(w) == "recurrent_kernel" for w in weights):
+            layers.extend(i for i in found if i is not None)
+    return layers
 
 
 def _read_values(reader: Reader, indices: list[int], size: int) -> tuple[int, list[Any]]:
@@ -318,7 +334,9 @@ def main(argv: list[str]) -> int:
     import numpy  # noqa: F401
 
     _limit(request)
-    doc, payload = snapshot(request["path"], bool(request["data"]))
+    # The places to look at (a Keras 3 weights file) come on stdin, written by the parent.
+    paths = json.loads(sys.stdin.buffer.read()) if request.get("paths") else None
+    doc, payload = snapshot(request["path"], bool(request["data"]), paths)
     text = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     out = sys.stdout.buffer
     out.write(len(text).to_bytes(HEADER, "little"))

@@ -12,6 +12,13 @@ bias, with gates in its own order (LSTM i, f, c, o; GRU z(=u), r, h). The math i
 
 Keras layers run batch-major: call our layer with ``time_major=False`` to compare. Keras stays an
 optional dependency: it is imported only when a function here runs.
+
+A layer built with ``go_backwards=True`` (outside ``Bidirectional``) is cuDNN's math on the
+input reversed in time: Keras's RNN loop flips the input (and its mask) along the time axis
+before the first step, and stacks the outputs in the order it computed them, so a layer that
+returns sequences returns them reversed too (its last output, and its final state, are those of
+the input's first step). The file readers (:mod:`.keras_h5`, :mod:`.keras3`) read such a layer
+and say so in :data:`GO_BACKWARDS_NOTE`.
 """
 
 from __future__ import annotations
@@ -30,7 +37,17 @@ from cudnn_rnn.formats.canonical import layer_canonical, layer_from_canonical
 from cudnn_rnn.formats.gate_blocks import BlockKey, stack_gates, unstack_gates
 from cudnn_rnn.layers import _CudnnRNN
 
-__all__ = ["from_keras", "to_keras"]
+__all__ = ["GO_BACKWARDS_NOTE", "canonical_of_blocks", "from_keras", "to_keras"]
+
+#: How to feed a layer read from a Keras ``go_backwards=True`` layer (outside ``Bidirectional``):
+#: the note its ``FoundRNN.details["note"]`` and ``ReadRNN.notes`` carry.
+GO_BACKWARDS_NOTE = (
+    "go_backwards=True: Keras ran this layer over its input reversed in time and returned its "
+    "output sequence in that reversed order, so call our layer on x.flip(time axis) to compute "
+    "what Keras computed (flip the output back for the input's time order); with padding "
+    "(a Keras mask, our sequence_lengths), reverse each sequence within its length instead, "
+    "and the outputs reversed within each length are Keras's, flipped back"
+)
 
 
 def _keras() -> Any:
@@ -134,11 +151,11 @@ def from_keras(layers: Any) -> _CudnnRNN:
     return layer_of_blocks(mode, blocks, len(stack), num_dirs, "from_keras")
 
 
-def layer_of_blocks(
-    mode: str, blocks: dict[BlockKey, Tensor], num_layers: int, num_dirs: int, owner: str
-) -> _CudnnRNN:
-    """Our layer holding stacked blocks in Keras gate order (float16/float64 kept, else float32);
-    ``num_units`` and ``input_size`` come from layer 0's input block."""
+def canonical_of_blocks(
+    mode: str, blocks: dict[BlockKey, Tensor], num_layers: int, num_dirs: int
+) -> tuple[RNNSpec, list[Tensor], list[Tensor]]:
+    """``(spec, weights, biases)`` of stacked blocks in Keras gate order (canonical order, the
+    blocks' dtype); ``num_units`` and ``input_size`` come from layer 0's input block."""
     first = blocks[(0, 0, INPUT)]
     spec = RNNSpec(
         mode,
@@ -148,13 +165,31 @@ def layer_of_blocks(
         direction="bidirectional" if num_dirs == 2 else "unidirectional",
     )
     weights, biases = unstack_gates(spec, blocks, "keras")
+    return spec, weights, biases
+
+
+def layer_of_blocks(
+    mode: str, blocks: dict[BlockKey, Tensor], num_layers: int, num_dirs: int, owner: str
+) -> _CudnnRNN:
+    """Our layer holding stacked blocks in Keras gate order (float16/float64 kept, else float32);
+    ``num_units`` and ``input_size`` come from layer 0's input block."""
+    spec, weights, biases = canonical_of_blocks(mode, blocks, num_layers, num_dirs)
+    return layer_of_canonical(spec, weights, biases, owner)
+
+
+def layer_of_canonical(
+    spec: RNNSpec, weights: list[Tensor], biases: list[Tensor], owner: str
+) -> _CudnnRNN:
+    """Our layer (CPU) holding canonical tensors read from a Keras file or layer: float16 and
+    float64 kept, anything else float32."""
+    dtype = weights[0].dtype
     return layer_from_canonical(
         spec,
         weights,
         biases,
         owner=owner,
         device=torch.device("cpu"),
-        dtype=first.dtype if first.dtype in (torch.float16, torch.float64) else torch.float32,
+        dtype=dtype if dtype in (torch.float16, torch.float64) else torch.float32,
     )
 
 

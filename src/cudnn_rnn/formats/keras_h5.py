@@ -26,8 +26,11 @@ What cuDNN cannot compute is refused, naming the layer and the setting (every se
 layer that cannot be read, in one error): ``recurrent_activation``
 other than ``sigmoid`` (``hard_sigmoid`` was Keras's default before 2.3), ``activation`` other
 than ``tanh`` (``tanh``/``relu`` for SimpleRNN), ``GRU(reset_after=False)`` (the default of
-tf.keras 1.x), ``Bidirectional`` merge modes other than ``concat``, ``go_backwards=True`` outside
-``Bidirectional``, and RNN layers of other classes (``RNN(cell)``, ``ConvLSTM2D``...). Settings
+tf.keras 1.x), ``Bidirectional`` merge modes other than ``concat`` (or whose forward layer reads
+backward), and RNN layers of other classes (``RNN(cell)``, ``ConvLSTM2D``...). A layer with
+``go_backwards=True`` outside ``Bidirectional`` is cuDNN's math on the input reversed in time: it
+is read, never merged with its neighbours, and its record says how to feed it
+(:data:`cudnn_rnn.formats.keras.GO_BACKWARDS_NOTE`). Settings
 that do not change the weights or the inference math are accepted: ``unit_forget_bias`` (only an
 initializer), ``return_sequences``/``return_state``, ``time_major``, ``unroll``,
 ``implementation``, ``dropout``/``recurrent_dropout`` (training only; our layers get no dropout)
@@ -73,6 +76,11 @@ only input is the previous layer's first output, with no other call argument (no
 another layer, not as a model output: merging would hide them). A weights-only file records none
 of this, so ``merge_layers`` refuses it; ``layers`` picks are merged only with picked neighbours.
 
+:func:`find_rnns` lists the RNN layers as :class:`~cudnn_rnn.formats.found.FoundRNN` records and
+:func:`read` returns one as data (:class:`~cudnn_rnn.formats.found.ReadRNN`: its spec and
+canonical tensors), which :func:`cudnn_rnn.load` builds a layer from; :func:`from_keras_h5`
+builds the layers itself.
+
 A file is checked before anything is built: it must be a regular file (a FIFO is refused before it
 is opened), its weights must have the names, ranks, dtypes and shapes its layers imply, they must
 live inside the file (no external or virtual datasets) and their bytes must fit in it. Problems
@@ -94,6 +102,7 @@ error there becomes a :class:`KerasH5Error` naming the file and saying what happ
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -116,12 +125,25 @@ from cudnn_rnn import files
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
-from cudnn_rnn.formats.found import FoundRNN
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.formats.found import FoundRNN, ReadRNN
 from cudnn_rnn.formats.gate_blocks import BlockKey
-from cudnn_rnn.formats.keras import keras_blocks, layer_of_blocks
+from cudnn_rnn.formats.keras import (
+    GO_BACKWARDS_NOTE,
+    canonical_of_blocks,
+    keras_blocks,
+    layer_of_canonical,
+)
 from cudnn_rnn.layers import _CudnnRNN
 
-__all__ = ["KerasH5Error", "describe_keras_h5", "from_keras_h5", "keras_h5_weights"]
+__all__ = [
+    "KerasH5Error",
+    "describe_keras_h5",
+    "find_rnns",
+    "from_keras_h5",
+    "keras_h5_weights",
+    "read",
+]
 
 OWNER = "from_keras_h5"
 #: Keras class -> (our mode for LSTM/GRU, or None for SimpleRNN; written by a CuDNN layer).
@@ -135,6 +157,11 @@ _CLASSES: dict[str, tuple[str | None, bool]] = {
 _WRAPPER = "Bidirectional"
 _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _FLOAT_SIZES = (2, 4, 8)
+
+#: What a Keras 2 reader assumes for a setting its config leaves out: the defaults of the oldest
+#: Keras that wrote such files (hard_sigmoid before 2.3, reset_after=False in tf.keras 1.x), so
+#: that a config without them is never read as cuDNN's math by mistake.
+KERAS2_DEFAULTS: Mapping[str, Any] = {"recurrent_activation": "hard_sigmoid", "reset_after": False}
 
 
 class KerasH5Error(files.FormatError):
@@ -176,6 +203,7 @@ class _Plan:
     mode: str
     cudnn: bool
     directions: tuple[_Direction, ...]
+    go_backwards: bool = False  # a layer alone that reads its input backward (see keras.py)
 
     @property
     def num_units(self) -> int:
@@ -198,6 +226,7 @@ class _Plan:
             "num_units": self.num_units,
             "input_size": self.input_size,
             "direction": "bidirectional" if len(self.directions) == 2 else "unidirectional",
+            **({"go_backwards": True} if self.go_backwards else {}),
         }
 
 
@@ -278,8 +307,7 @@ def from_keras_h5(
         missing = [name for name in layers if name not in known]
         if missing:
             raise ValueError(
-                f"{OWNER}: {h5.label} has no RNN layer {missing[0]!r}; its RNN layers: "
-                f"{known or 'none'}."
+                f"{h5.who} has no RNN layer {missing[0]!r}; its RNN layers: {known or 'none'}."
             )
         found = found.only(layers)
     refused = [p for p in found.plans if isinstance(p, _Refused)]
@@ -301,7 +329,8 @@ def describe_keras_h5(
     time_limit: float | None = None,
 ) -> list[dict[str, Any]]:
     """What each RNN layer of the file becomes (its ``layer`` name, Keras class, mode, units,
-    input size, direction) or, under ``"refused"``, why it cannot; with ``merge_layers=True``,
+    input size, direction, and ``go_backwards: True`` for a layer that reads its input
+    backward) or, under ``"refused"``, why it cannot; with ``merge_layers=True``,
     merged runs are one entry that adds ``keras_layers`` and ``num_layers``. No weight is read.
     The file is read by a separate process, as for :func:`from_keras_h5`."""
     options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
@@ -324,29 +353,72 @@ def describe_keras_h5(
 
 def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
     """Every RNN layer of the file (nested models' by their path), what it becomes and, where it
-    cannot be read, every reason; ``options`` as :func:`describe_keras_h5`'s. No weight is read."""
-    out = []
-    for entry in describe_keras_h5(path, **options):
-        name = str(entry["layer"])
-        if "refused" in entry:
-            reasons = tuple(str(r) for r in entry["reasons"])
-            where = f"Keras layer {name!r}"
-            out.append(FoundRNN(name, where, files.HDF5, None, computable=False, reasons=reasons))
-            continue
-        out.append(
-            FoundRNN(
-                name,
-                f"Keras layer {name!r} ({files.escape(str(entry['keras_class']))})",
-                files.HDF5,
-                str(entry["rnn_mode"]),
-                num_layers=int(entry.get("num_layers", 1)),
-                num_units=int(entry["num_units"]),
-                input_size=int(entry["input_size"]),
-                direction=str(entry["direction"]),
-                details={k: v for k, v in entry.items() if k in ("keras_class", "keras_layers")},
-            )
-        )
-    return out
+    cannot be read, every reason; ``options`` as :func:`describe_keras_h5`'s. No weight is read.
+    A ``go_backwards=True`` layer says how to feed it in ``details["note"]``."""
+    return [found_record(entry, files.HDF5) for entry in describe_keras_h5(path, **options)]
+
+
+def read(
+    path: str | os.PathLike[str],
+    name: str,
+    *,
+    assume_cudnn_activations: bool = False,
+    confirm_keras_version: str | None = None,
+    simple_rnn_activation: str | Mapping[str, str] = "tanh",
+    merge_layers: bool = False,
+    time_limit: float | None = None,
+) -> ReadRNN:
+    """The RNN layer ``name`` of the file (as :func:`find_rnns` lists it, ``"a+b"`` for a
+    merged run with ``merge_layers=True``) as pure data: its spec and canonical tensors, in the
+    file's dtype, with what a user must know to feed it (``go_backwards``) in ``notes``. Only
+    that layer must be readable; options as :func:`from_keras_h5`'s."""
+    options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
+    _check_merge_layers(merge_layers)
+    h5 = _read(path, True, time_limit)
+    found = _plans(h5, options)
+    plans = [p for p in found.plans if isinstance(p, _Plan)]
+    units = _merged(h5, found, plans) if merge_layers else [_Stack((p,)) for p in plans]
+    unit = next((u for u in units if u.name == name), None)
+    if unit is None:
+        refused = [p for p in found.plans if isinstance(p, _Refused) and p.name == name]
+        if refused:
+            raise ValueError(_refusal(h5, refused))
+        known = [u.name for u in units] + [p.name for p in found.plans if isinstance(p, _Refused)]
+        raise ValueError(f"{h5.who} has no RNN layer {name!r}; its RNN layers: {known or 'none'}.")
+    _check_sizes(h5, list(unit.plans))
+    return read_record(h5, unit, files.HDF5)
+
+
+def found_record(entry: Mapping[str, Any], kind: str) -> FoundRNN:
+    """The :class:`FoundRNN` of one entry of :func:`describe_keras_h5` (or of the Keras 3
+    reader's), in a file of ``kind``."""
+    name = str(entry["layer"])
+    if "refused" in entry:
+        reasons = tuple(str(r) for r in entry["reasons"])
+        where = f"Keras layer {name!r}"
+        return FoundRNN(name, where, kind, None, computable=False, reasons=reasons)
+    details = {k: v for k, v in entry.items() if k in ("keras_class", "keras_layers")}
+    if entry.get("go_backwards"):
+        details.update(go_backwards=True, note=GO_BACKWARDS_NOTE)
+    return FoundRNN(
+        name,
+        f"Keras layer {name!r} ({files.escape(str(entry['keras_class']))})",
+        kind,
+        str(entry["rnn_mode"]),
+        num_layers=int(entry.get("num_layers", 1)),
+        num_units=int(entry["num_units"]),
+        input_size=int(entry["input_size"]),
+        direction=str(entry["direction"]),
+        details=details,
+    )
+
+
+def read_record(h5: _File, unit: _Stack, kind: str) -> ReadRNN:
+    """One checked layer (or merged run) of a file read with its values, as pure data."""
+    spec, weights, biases = _canonical(h5, unit.plans)
+    found = found_record(unit.plans[0].config() if len(unit.plans) == 1 else unit.config(), kind)
+    notes = (GO_BACKWARDS_NOTE,) if any(p.go_backwards for p in unit.plans) else ()
+    return ReadRNN(found, spec, weights, biases, notes)
 
 
 def keras_h5_weights(
@@ -481,55 +553,74 @@ _Node = _Group | _Dataset | _Other | _Failed
 @dataclass(frozen=True)
 class _File:
     """What the reader process saw: the file's size, its root group, and the bytes the RNN
-    layers' datasets claim (their values are read only when that fits in the file)."""
+    layers' datasets claim (their values are read only when that fits in the file). ``who``
+    begins every message about it: the reader and the file (``from_keras_h5: 'model.h5'``)."""
 
-    label: str
+    who: str
     size: int
     claimed: int
     root: _Node
 
     def corrupt(self, failed: _Failed) -> KerasH5Error:
         return KerasH5Error(
-            f"{OWNER}: {self.label} is corrupt (HDF5 failed on {files.escape(failed.error)}); "
+            f"{self.who} is corrupt (HDF5 failed on {files.escape(failed.error)}); "
             "re-save the model with Keras, or use an intact copy."
         )
 
 
-def _time_limit(given: float | None, size: int) -> float:
+def _time_limit(given: float | None, size: int, owner: str = OWNER) -> float:
     if given is None:
         return TIME_LIMIT_BASE + TIME_LIMIT_PER_MIB * size / _MIB
     if isinstance(given, bool) or not isinstance(given, (int, float)):
         raise TypeError(
-            f"{OWNER}: time_limit must be a number of seconds or None, got {type(given).__name__}."
+            f"{owner}: time_limit must be a number of seconds or None, got {type(given).__name__}."
         )
     if not math.isfinite(given) or given <= 0:
         raise ValueError(
-            f"{OWNER}: time_limit must be a positive, finite number of seconds, got {given!r}."
+            f"{owner}: time_limit must be a positive, finite number of seconds, got {given!r}."
         )
     return float(given)
 
 
-def _read(path: str | os.PathLike[str], values: bool, time_limit: float | None) -> _File:
+def _read(
+    path: str | os.PathLike[str],
+    values: bool,
+    time_limit: float | None,
+    *,
+    paths: Sequence[str] | None = None,
+    owner: str = OWNER,
+    shown: str | None = None,
+) -> _File:
     """The parts of the file a Keras reader looks at (and the RNN weights' values when
-    ``values``), read by the child process; any failure is a KerasH5Error naming the file."""
+    ``values``), read by the child process; any failure is a KerasH5Error naming the file.
+
+    By default the parts of a Keras 2 file (its ``layer_names``, each layer's ``weight_names``).
+    ``paths`` names the objects to look at instead, from the root, through hard links (a Keras 3
+    weights file, which names its weights by their place: ``layers/lstm/cell/vars/0``); every
+    float dataset among them is read when ``values``. Messages begin with ``owner`` and the file
+    as ``shown`` (by default the path, quoted).
+    """
     if importlib.util.find_spec("h5py") is None:  # pragma: no cover - exercised only without h5py
         raise ImportError(
-            f"{OWNER}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5])."
+            f"{owner}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5])."
         )
-    label = f"{os.fspath(path)!r}"
+    who = f"{owner}: {os.fspath(path)!r}" if shown is None else f"{owner}: {shown}"
     try:
         raw = files.open_regular(path)  # a FIFO or device is refused before any open
     except files.NotRegularFile as err:
-        raise KerasH5Error(f"{OWNER}: {label}: {err.kind}, not a regular file.") from err
+        raise KerasH5Error(f"{who}: {err.kind}, not a regular file.") from err
     with raw:
         size = os.fstat(raw.fileno()).st_size
-    limit = _time_limit(time_limit, size)
+    limit = _time_limit(time_limit, size, owner)
     # The most a sound file can make the child write (names and descriptions as JSON, values
     # that fit in the file); more is refused, and the child cannot write more (RLIMIT_FSIZE).
     output_limit = 4 * size + 64 * _MIB
     request = {
         "path": os.fspath(path),
         "data": values,
+        # The places, if any, come on the reader's stdin: a command-line argument has a length
+        # limit (128 KiB on Linux) that a model of many layers could reach.
+        "paths": paths is not None,
         "output_limit": output_limit,
         "memory_headroom": 2 * size + 1024 * _MIB,
         # The child's own bounds, for when this process is no longer there to stop it: CPU
@@ -537,30 +628,39 @@ def _read(path: str | os.PathLike[str], values: bool, time_limit: float | None) 
         "cpu_limit": _cpu_limit(limit),
         "parent": os.getpid(),
     }
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errors:
-        code = _run_child(request, out, errors, limit, label)
+    with contextlib.ExitStack() as files_of_the_run:
+        given, out, errors = (
+            files_of_the_run.enter_context(tempfile.TemporaryFile()) for _ in range(3)
+        )
+        if paths is not None:
+            given.write(json.dumps(list(paths)).encode("utf-8"))
+            given.seek(0)
+        code = _run_child(request, given, out, errors, limit, who)
         if _CPU_SIGNAL is not None and code == -_CPU_SIGNAL:  # out of CPU time before the clock
-            raise _too_slow(label, f"used more than {request['cpu_limit']} s of CPU time")
+            raise _too_slow(who, f"used more than {request['cpu_limit']} s of CPU time")
         if code != 0:
             errors.seek(max(0, os.fstat(errors.fileno()).st_size - 4096))
-            raise _child_failure(code, errors.read().decode("utf-8", "replace"), label)
+            raise _child_failure(code, errors.read().decode("utf-8", "replace"), who)
         written = os.fstat(out.fileno()).st_size
         if written > output_limit:
             raise KerasH5Error(
-                f"{OWNER}: {label}: the reader process sent {written} bytes, more than a file "
+                f"{who}: the reader process sent {written} bytes, more than a file "
                 f"of {size} bytes can explain; refused."
             )
         out.seek(0)
         blob = bytearray(written)
         out.readinto(blob)
-    return _parse(blob, label)
+    return _parse(blob, who)
 
 
-def _run_child(request: dict[str, Any], out: Any, err: Any, limit: float, label: str) -> int:
-    """Run the reader process; its exit status (negative: the signal that killed it)."""
+def _run_child(
+    request: dict[str, Any], given: Any, out: Any, err: Any, limit: float, who: str
+) -> int:
+    """Run the reader process on the request, with ``given`` as its stdin; its exit status
+    (negative: the signal that killed it)."""
     if not sys.executable:  # pragma: no cover - an embedded Python with no interpreter path
         raise RuntimeError(
-            f"{OWNER}: cannot start the process that reads {label}: sys.executable is empty."
+            f"{who}: cannot start the process that reads it: sys.executable is empty."
         )
     # The child imports from this process's sys.path (the same h5py; the current directory
     # only if this process looks there too) and loads no HDF5 filter plugin (Keras writes none).
@@ -573,7 +673,7 @@ def _run_child(request: dict[str, Any], out: Any, err: Any, limit: float, label:
     env.update(OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.Popen(
         [sys.executable, "-c", boot, json.dumps(request)],
-        stdin=subprocess.DEVNULL,
+        stdin=given,
         stdout=out,
         stderr=err,
         env=env,
@@ -581,7 +681,7 @@ def _run_child(request: dict[str, Any], out: Any, err: Any, limit: float, label:
     try:
         return _wait(proc, limit)
     except subprocess.TimeoutExpired:
-        raise _too_slow(label, f"took longer than {limit:.1f} s") from None
+        raise _too_slow(who, f"took longer than {limit:.1f} s") from None
     finally:
         if proc.poll() is None:  # the time limit, or an interrupt while waiting
             proc.kill()
@@ -596,9 +696,9 @@ def _cpu_limit(limit: float) -> int:
     return math.ceil(2 * limit) + 10
 
 
-def _too_slow(label: str, how: str) -> KerasH5Error:
+def _too_slow(who: str, how: str) -> KerasH5Error:
     return KerasH5Error(
-        f"{OWNER}: {label}: reading it {how}, so the reader process was stopped (a corrupt "
+        f"{who}: reading it {how}, so the reader process was stopped (a corrupt "
         "HDF5 file can make HDF5 loop forever); if the file is sound but slow to read, pass a "
         "larger time_limit."
     )
@@ -621,7 +721,7 @@ def _wait(proc: subprocess.Popen[bytes], limit: float) -> int:
     return proc.wait()
 
 
-def _child_failure(code: int, stderr: str, label: str) -> Exception:
+def _child_failure(code: int, stderr: str, who: str) -> Exception:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     last = lines[-1].strip()[:300] if lines else "no message"
     if code < 0:
@@ -630,22 +730,22 @@ def _child_failure(code: int, stderr: str, label: str) -> Exception:
         except ValueError:
             name = f"signal {-code}"
         return KerasH5Error(
-            f"{OWNER}: {label}: HDF5 crashed reading it ({name} in the reader process, which "
+            f"{who}: HDF5 crashed reading it ({name} in the reader process, which "
             "runs apart from yours); the file is corrupt: re-save the model with Keras, or use "
             "an intact copy."
         )
     if "ModuleNotFoundError" in last and "h5py" in last:
         return ImportError(
-            f"{OWNER}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5]); the "
-            f"reader process for {label} could not import it ({last})."
+            f"{who}: reading Keras .h5 files needs h5py (pip install cudnn-rnn[h5]); the "
+            f"reader process could not import it ({last})."
         )
     return KerasH5Error(
-        f"{OWNER}: {label}: the reader process failed (exit status {code}: {last}); the file "
+        f"{who}: the reader process failed (exit status {code}: {last}); the file "
         "is corrupt or hostile."
     )
 
 
-def _parse(blob: bytearray, label: str) -> _File:
+def _parse(blob: bytearray, who: str) -> _File:
     """The child's output as checked objects (a malformed one is a KerasH5Error)."""
     try:
         length = int.from_bytes(blob[:_HEADER], "little")
@@ -654,8 +754,7 @@ def _parse(blob: bytearray, label: str) -> _File:
         doc = json.loads(blob[_HEADER : _HEADER + length].decode("utf-8"))
         if "open_error" in doc:
             raise KerasH5Error(
-                f"{OWNER}: {label} is not a readable HDF5 file "
-                f"({files.escape(str(doc['open_error']))})."
+                f"{who} is not a readable HDF5 file ({files.escape(str(doc['open_error']))})."
             )
         payload = memoryview(blob)[_HEADER + length :]
         raw_nodes = doc["nodes"]
@@ -665,12 +764,12 @@ def _parse(blob: bytearray, label: str) -> _File:
                 node.links.update(
                     (str(name), _link(link, nodes)) for name, link in raw["links"].items()
                 )
-        return _File(label, int(doc["size"]), int(doc["claimed"]), nodes[int(doc["root"])])
+        return _File(who, int(doc["size"]), int(doc["claimed"]), nodes[int(doc["root"])])
     except KerasH5Error:
         raise
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as err:
         raise KerasH5Error(
-            f"{OWNER}: {label}: the reader process sent a malformed result "
+            f"{who}: the reader process sent a malformed result "
             f"({type(err).__name__}: {files.clip(files.first_line(err), 200)})."
         ) from err
 
@@ -722,20 +821,20 @@ def _link(raw: dict[str, Any], nodes: list[_Node]) -> _Link | _Failed | None:
     return _Link(str(raw["kind"]), nodes[int(raw["node"])] if "node" in raw else None)
 
 
-def _text(value: Any, what: str, label: str) -> str:
+def _text(value: Any, what: str, who: str) -> str:
     if isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise KerasH5Error(f"{OWNER}: {label}: {what} is not UTF-8 text.") from err
+            raise KerasH5Error(f"{who}: {what} is not UTF-8 text.") from err
     if isinstance(value, str):
         try:  # h5py keeps bytes that are not UTF-8 as surrogates
             value.encode("utf-8")
         except UnicodeEncodeError as err:
-            raise KerasH5Error(f"{OWNER}: {label}: {what} is not UTF-8 text.") from err
+            raise KerasH5Error(f"{who}: {what} is not UTF-8 text.") from err
         return value
     name = value.name if isinstance(value, _Other) else type(value).__name__
-    raise KerasH5Error(f"{OWNER}: {label}: {what} is a {name}, not text.")
+    raise KerasH5Error(f"{who}: {what} is a {name}, not text.")
 
 
 _MISSING = _Other("missing")
@@ -754,10 +853,10 @@ def _attribute(h5: _File, node: _Node, key: str) -> Any:
 def _names(h5: _File, node: _Node, key: str, what: str) -> list[str]:
     values = _attribute(h5, node, key)
     if values is _MISSING:
-        raise KerasH5Error(f"{OWNER}: {h5.label}: {what} has no {key!r} attribute.")
+        raise KerasH5Error(f"{h5.who}: {what} has no {key!r} attribute.")
     if not isinstance(values, list):
-        raise KerasH5Error(f"{OWNER}: {h5.label}: {what}'s {key!r} is not a list of names.")
-    return [_text(v, f"{what}'s {key!r}", h5.label) for v in values]
+        raise KerasH5Error(f"{h5.who}: {what}'s {key!r} is not a list of names.")
+    return [_text(v, f"{what}'s {key!r}", h5.who) for v in values]
 
 
 def _weights_root(h5: _File) -> _Node:
@@ -767,8 +866,9 @@ def _weights_root(h5: _File) -> _Node:
     root = h5.root if inner is None else inner
     if _attribute(h5, root, "layer_names") is _MISSING:
         raise KerasH5Error(
-            f"{OWNER}: {h5.label} is not a Keras 2 model or weights file (no 'layer_names'); a "
-            "Keras 3 .weights.h5 or .keras file: load it in Keras 3 and use "
+            f"{h5.who} is not a Keras 2 model or weights file (no 'layer_names'); a "
+            "Keras 3 .keras file is read by cudnn_rnn.formats.keras3, and a Keras 3 "
+            ".weights.h5 alone records no layers: load it in Keras 3 and use "
             "cudnn_rnn.convert.from_keras."
         )
     return root
@@ -795,8 +895,7 @@ def _child(h5: _File, parent: _Node, path: str) -> _Node | None:
             raise h5.corrupt(link)
         if link.kind != "HardLink" or link.target is None:
             raise KerasH5Error(
-                f"{OWNER}: {h5.label}: {path!r} is a {link.kind}; only objects stored in the "
-                "file are read."
+                f"{h5.who}: {path!r} is a {link.kind}; only objects stored in the file are read."
             )
         node = link.target
     if isinstance(node, _Failed):
@@ -807,7 +906,7 @@ def _child(h5: _File, parent: _Node, path: str) -> _Node | None:
 def _group(h5: _File, root: _Node, layer: str) -> _Group:
     group = _child(h5, root, layer)
     if not isinstance(group, _Group):
-        raise KerasH5Error(f"{OWNER}: {h5.label}: layer {layer!r} has no weights group.")
+        raise KerasH5Error(f"{h5.who}: layer {layer!r} has no weights group.")
     return group
 
 
@@ -817,18 +916,18 @@ def _weight_names(h5: _File, group: _Group, layer: str) -> list[str]:
 
 def _dataset(h5: _File, group: _Group, name: str, layer: str) -> _Dataset:
     ds = _child(h5, group, name)
-    label = h5.label
+    who = h5.who
     if not isinstance(ds, _Dataset):
-        raise KerasH5Error(f"{OWNER}: {label}: layer {layer!r} has no dataset {name!r}.")
+        raise KerasH5Error(f"{who}: layer {layer!r} has no dataset {name!r}.")
     if ds.kind != "f" or ds.itemsize not in _FLOAT_SIZES:
         raise KerasH5Error(
-            f"{OWNER}: {label}: {name!r} of layer {layer!r} has dtype {ds.dtype}, expected "
+            f"{who}: {name!r} of layer {layer!r} has dtype {ds.dtype}, expected "
             "float16, float32 or float64."
         )
     if ds.virtual or ds.external:
         # HDF5 can point a dataset at other files: nothing outside this file is ever read.
         raise KerasH5Error(
-            f"{OWNER}: {label}: {name!r} of layer {layer!r} stores its data outside the file "
+            f"{who}: {name!r} of layer {layer!r} stores its data outside the file "
             "(an external or virtual dataset); refused."
         )
     return ds
@@ -836,19 +935,17 @@ def _dataset(h5: _File, group: _Group, name: str, layer: str) -> _Dataset:
 
 def _config_model(h5: _File) -> dict[str, Any] | None:
     """The model's config (``class_name``, ``config``), or None for a weights-only file."""
-    label = h5.label
+    who = h5.who
     value = _attribute(h5, h5.root, "model_config")
     if value is _MISSING:
         return None
-    text = _text(value, "model_config", label)
+    text = _text(value, "model_config", who)
     try:
         config = json.loads(text)
     except (ValueError, RecursionError) as err:
-        raise KerasH5Error(f"{OWNER}: {label}: model_config is not JSON ({err}).") from err
+        raise KerasH5Error(f"{who}: model_config is not JSON ({err}).") from err
     if not isinstance(config, dict) or _model_layers(config) is None:
-        raise KerasH5Error(
-            f"{OWNER}: {label}: model_config has no list of layers (class_name, config)."
-        )
+        raise KerasH5Error(f"{who}: model_config has no list of layers (class_name, config).")
     return config
 
 
@@ -912,7 +1009,7 @@ def _keras_version(h5: _File, root: _Node) -> str:
     for node in (root, h5.root):
         value = _attribute(h5, node, "keras_version")
         if value is not _MISSING:
-            return _text(value, "keras_version", h5.label)
+            return _text(value, "keras_version", h5.who)
     return UNKNOWN_KERAS_VERSION
 
 
@@ -996,7 +1093,7 @@ def _config_leaves(
                 continue  # nothing of ours in it: skipped like any other layer
             if inner is None:
                 raise KerasH5Error(
-                    f"{OWNER}: {h5.label}: the config of nested model {path!r} has no list of "
+                    f"{h5.who}: the config of nested model {path!r} has no list of "
                     "layers (class_name, config)."
                 )
             out.extend(_config_leaves(h5, inner, group or own, (*scope, own)))
@@ -1133,7 +1230,7 @@ def _plans(h5: _File, options: _Options) -> _Found:
         version = _keras_version(h5, root)
     if options.confirm is not None and options.confirm != version:
         raise ValueError(
-            f"{OWNER}: {h5.label}: confirm_keras_version={options.confirm!r}, but the file's "
+            f"{h5.who}: confirm_keras_version={options.confirm!r}, but the file's "
             f"keras_version is {version!r}: confirm the version the file records."
         )
     if model is None:
@@ -1160,7 +1257,7 @@ def _plan(
 ) -> _Plan | _Refused | None:
     """What a layer becomes; None for a layer that is not an RNN, _Refused for an RNN that
     cannot be read as it is. KerasH5Error for weights that do not fit."""
-    where = f"{OWNER}: {h5.label}: layer {leaf.name!r}"
+    where = f"{h5.who}: layer {leaf.name!r}"
     entry = leaf.entry
     if entry is None:
         if not any(_base(w) == "recurrent_kernel" for w in leaf.weights):
@@ -1223,7 +1320,7 @@ def _read_directions(
     h5: _File, group: _Group, layer: str, names: Sequence[str]
 ) -> tuple[_Direction, ...]:
     """One or two (kernel, recurrent_kernel[, bias]) triples, in the order of ``names``."""
-    where = f"{OWNER}: {h5.label}: layer {layer!r}"
+    where = f"{h5.who}: layer {layer!r}"
     runs: list[list[str]] = []
     for w in names:
         if _base(w) == "kernel":
@@ -1338,13 +1435,19 @@ def _plan_from_shapes(
 
 
 def _plan_from_config(
-    name: str, entry: dict[str, Any], directions: tuple[_Direction, ...], where: str
+    name: str,
+    entry: dict[str, Any],
+    directions: tuple[_Direction, ...],
+    where: str,
+    defaults: Mapping[str, Any] = KERAS2_DEFAULTS,
 ) -> _Plan | _Refused:
+    """What a layer with a config becomes, its weights checked against the config (a
+    KerasH5Error where they disagree). ``defaults`` as :func:`_judge`'s."""
     cls = entry["class_name"]
     config = entry["config"]
     shown = files.escape(cls)  # the file's class names are shown escaped
     problems: list[str] = []
-    sides = [(cls, config, False, "")]
+    sides: list[tuple[str, dict[str, Any], bool | None, str]] = [(cls, config, None, "")]
     if cls == _WRAPPER:
         merge = config.get("merge_mode", "concat")
         backward = config.get("backward_layer")
@@ -1370,7 +1473,7 @@ def _plan_from_config(
             sides.append((inner[1]["class_name"], inner[1]["config"], True, "backward layer: "))
     modes = []
     for side_cls, side_config, is_backward, prefix in sides:
-        judged, found = _judge(side_cls, side_config, is_backward)
+        judged, found = _judge(side_cls, side_config, is_backward, defaults)
         modes.append(judged)
         problems.extend(prefix + p for p in found if prefix + p not in problems)
     known = [m for m in modes if m is not None]
@@ -1406,27 +1509,34 @@ def _plan_from_config(
             f"{where}: config units {sorted(map(str, units))} differ from the weights' "
             f"{int(directions[0].recurrent.shape[0])}."
         )
-    return _Plan(name, shown, mode, cudnn, directions)
+    go_backwards = cls != _WRAPPER and bool(config.get("go_backwards", False))
+    return _Plan(name, shown, mode, cudnn, directions, go_backwards)
 
 
 def _judge(
-    cls: str, config: dict[str, Any], backward: bool
+    cls: str,
+    config: dict[str, Any],
+    backward: bool | None,
+    defaults: Mapping[str, Any] = KERAS2_DEFAULTS,
 ) -> tuple[tuple[str, bool] | None, list[str]]:
     """(our mode, written by a CuDNN layer) for one Keras RNN layer config (None: no mode of
-    ours), and every setting of it cuDNN cannot compute, each a sentence naming the setting."""
+    ours), and every setting of it cuDNN cannot compute, each a sentence naming the setting.
+    ``backward``: which side of a Bidirectional wrapper the config is (None: a layer alone, which
+    may read its input either way); ``defaults``: the settings a config may leave out."""
     if cls not in _CLASSES:
         return None, [
             f"{files.escape(cls)} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
             "GRU(reset_after=True), SimpleRNN and Bidirectional wrappers of them are."
         ]
     problems = []
-    if bool(config.get("go_backwards", False)) != backward:
+    if backward is not None and bool(config.get("go_backwards", False)) != backward:
         problems.append(
             "go_backwards=False in the backward layer reads the sequence forward; cuDNN's "
             "backward direction reads it backward. Rebuild it with go_backwards=True."
             if backward
-            else "go_backwards=True is not supported outside a Bidirectional wrapper (our "
-            "layers read sequences forward); reverse the time axis of your input instead."
+            else "go_backwards=True in the forward layer of a Bidirectional wrapper reads the "
+            "sequence backward; cuDNN's forward direction reads it forward. Rebuild it with "
+            "go_backwards=False."
         )
     mode, cudnn = _CLASSES[cls]
     if cudnn:
@@ -1445,14 +1555,14 @@ def _judge(
             f"activation {act!r} is not cuDNN's 'tanh'; the outputs would differ (retrain with "
             "activation='tanh')."
         )
-    rec = _activation_name(config.get("recurrent_activation", "hard_sigmoid"))
+    rec = _activation_name(config.get("recurrent_activation", defaults["recurrent_activation"]))
     if rec != "sigmoid":
         problems.append(
             f"recurrent_activation {rec!r} is not cuDNN's 'sigmoid' (Keras before 2.3 defaulted "
             "to 'hard_sigmoid'); the outputs would differ (retrain with "
             "recurrent_activation='sigmoid')."
         )
-    if mode == CUDNN_GRU and not config.get("reset_after", False):
+    if mode == CUDNN_GRU and not config.get("reset_after", defaults["reset_after"]):
         problems.append(
             "reset_after=False applies the reset gate before the recurrent matmul; cuDNN "
             "applies it after, so the outputs would differ. Retrain with "
@@ -1473,10 +1583,10 @@ def _refusal(h5: _File, refused: list[_Refused]) -> str:
         for problem, layers in concerns.items()
     ]
     if len(parts) == 1:
-        return f"{OWNER}: {h5.label}: {parts[0]}"
+        return f"{h5.who}: {parts[0]}"
     layers = f"{len(refused)} RNN layer{'s' if len(refused) > 1 else ''}"
     numbered = " ".join(f"({i}) {part}" for i, part in enumerate(parts, 1))
-    return f"{OWNER}: {h5.label}: {len(parts)} problems in {layers}: {numbered}"
+    return f"{h5.who}: {len(parts)} problems in {layers}: {numbered}"
 
 
 # -- merging consecutive layers (merge_layers=True) -------------------------------------------
@@ -1486,7 +1596,7 @@ def _merged(h5: _File, found: _Found, plans: list[_Plan]) -> list[_Stack]:
     """The plans as runs of consecutive compatible layers, each run in the model's order."""
     if found.links is None:
         raise ValueError(
-            f"{OWNER}: {h5.label}: merge_layers=True needs to know which layer feeds which, "
+            f"{h5.who}: merge_layers=True needs to know which layer feeds which, "
             "and a weights-only file (model.save_weights) does not record it: read the "
             "whole-model file (model.save), or leave merge_layers out and stack the layers "
             "yourself (cudnn_rnn.convert.from_keras stacks built Keras layers)."
@@ -1512,6 +1622,7 @@ def _stackable(a: _Plan, b: _Plan, found: _Found) -> bool:
     dirs = len(a.directions)
     return (
         a.mode == b.mode
+        and not (a.go_backwards or b.go_backwards)  # each reads its own input backward
         and a.num_units == b.num_units
         and dirs == len(b.directions)
         and b.input_size == dirs * a.num_units
@@ -1548,7 +1659,7 @@ def _check_sizes(h5: _File, plans: list[_Plan]) -> None:
     claimed = max(claimed, h5.claimed)
     if claimed > h5.size:
         raise KerasH5Error(
-            f"{OWNER}: {h5.label}: its RNN weights claim {claimed} bytes but the file has "
+            f"{h5.who}: its RNN weights claim {claimed} bytes but the file has "
             f"{h5.size}; it is truncated or corrupt."
         )
 
@@ -1557,12 +1668,17 @@ def _values(h5: _File, ds: _Dataset) -> np.ndarray:
     if isinstance(ds.values, _Failed):
         raise h5.corrupt(ds.values)
     if ds.values is None:  # pragma: no cover - read for every RNN layer whose weights fit
-        raise KerasH5Error(f"{OWNER}: {h5.label}: the reader process sent no values to build.")
+        raise KerasH5Error(f"{h5.who}: the reader process sent no values to build.")
     return ds.values
 
 
 def _build(h5: _File, plans: tuple[_Plan, ...]) -> _CudnnRNN:
     """One layer of ours for one Keras layer, or for a run of them stacked (merge_layers)."""
+    return layer_of_canonical(*_canonical(h5, plans), OWNER)
+
+
+def _canonical(h5: _File, plans: tuple[_Plan, ...]) -> tuple[RNNSpec, list[Tensor], list[Tensor]]:
+    """``(spec, weights, biases)`` of one Keras layer, or of a run of them stacked."""
     blocks: dict[BlockKey, Tensor] = {}
     for index, plan in enumerate(plans):
         for d, direction in enumerate(plan.directions):
@@ -1575,7 +1691,7 @@ def _build(h5: _File, plans: tuple[_Plan, ...]) -> _CudnnRNN:
                 made = keras_blocks(kernel, recurrent, bias, plan.mode)
             blocks.update({(index, d, kind): value for kind, value in made.items()})
     first = plans[0]
-    return layer_of_blocks(first.mode, blocks, len(plans), len(first.directions), OWNER)
+    return canonical_of_blocks(first.mode, blocks, len(plans), len(first.directions))
 
 
 def _cudnn_blocks(
