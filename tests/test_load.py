@@ -195,3 +195,39 @@ def test_one_registry_covers_every_format_s_finder_loader_and_help() -> None:
             assert registry.reader_for_kind(kind) == f.name
         for ext in f.extensions:
             assert registry.reader_for_name(f"model{ext.upper()}") == f.name
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "{tf1}/cudnn_lstm.ckpt"],
+        ["convert", "{tf1}/cudnn_lstm.ckpt", "{out}/a.safetensors"],
+        ["convert", "{cells}/multi_lstm.ckpt", "{out}/b.pt"],
+    ],
+)
+def test_one_command_parses_a_file_once(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command sniffs its file once and parses a TF1 index once, however many steps look."""
+    from cudnn_rnn import files as files_module
+    from cudnn_rnn.formats.tf1 import bundle
+
+    counts = {"sniff": 0, "_parse_index": 0}
+
+    def counting(module: object, name: str) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counting(files_module, "sniff")
+    counting(bundle, "_parse_index")
+    args = [a.format(tf1=FIXTURES / "tf1", cells=CELLS, out=tmp_path) for a in argv]
+    assert main(args) == 0
+    assert counts == {"sniff": 1, "_parse_index": 1}
+    counts.update(sniff=0, _parse_index=0)
+    cudnn_rnn.load(args[1])
+    assert counts == {"sniff": 1, "_parse_index": 1}

@@ -9,11 +9,13 @@ import argparse
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from cudnn_rnn import atomic, bench, convert, files, model_files
+from cudnn_rnn._once import one_operation
 from cudnn_rnn._console import OptionError, OutputError, progress, say
 from cudnn_rnn.files import quote
 from cudnn_rnn.formats.found import FoundRNN
@@ -232,5 +234,20 @@ def _engine(device: str) -> str:
     return "cudnn for float16/32/64, by the engines' rule"
 
 
+def _one_operation(command: Callable[[argparse.Namespace], None]) -> Callable[..., None]:
+    """``command`` opening and parsing each file once (:func:`one_operation`)."""
+
+    def run(args: argparse.Namespace) -> None:
+        with one_operation():
+            command(args)
+
+    return run
+
+
 #: Command name -> what runs it.
-COMMANDS = {"inspect": _inspect, "convert": _convert, "bench": _bench, "info": _info}
+COMMANDS = {
+    name: _one_operation(command)
+    for name, command in (
+        ("inspect", _inspect), ("convert", _convert), ("bench", _bench), ("info", _info)
+    )
+}  # fmt: skip

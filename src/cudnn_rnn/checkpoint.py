@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from cudnn_rnn._once import once
 from cudnn_rnn.checkpointable import Checkpointable, Shape
 from cudnn_rnn.files import Claims, first_line, quote
 from cudnn_rnn.formats import safetensors
@@ -147,11 +148,18 @@ def read_claims(path: str | os.PathLike[str]) -> Claims:
 
 def _tf_bundle(path: str | os.PathLike[str]) -> Any:
     """The checked index of a TF1 checkpoint (``tf1_bundle.BundleIndex``), read once per call
-    of the functions here and handed to every step that needs it."""
-    try:  # the reader refuses FIFOs, devices and directories before it opens them
-        return tf1_bundle.open_bundle(tf1_bundle.bundle_prefix(os.fspath(path)))
-    except tf1_bundle.TF1BundleError as err:
-        raise CheckpointError(path, first_line(err)) from err
+    of the functions here (once per operation inside :func:`cudnn_rnn._once.one_operation`)
+    and handed to every step that needs it."""
+    name = os.fspath(path)
+
+    def parse() -> Any:
+        try:  # the reader refuses FIFOs, devices and directories before it opens them
+            return tf1_bundle.open_bundle(tf1_bundle.bundle_prefix(name))
+        except tf1_bundle.TF1BundleError as err:
+            raise CheckpointError(path, first_line(err)) from err
+
+    # Once per operation (cudnn_rnn._once): the steps of one load share the checked index.
+    return once("tf1 index", tf1_bundle.bundle_prefix(name), parse)
 
 
 def _tf_claims(bundle: Any) -> Claims:

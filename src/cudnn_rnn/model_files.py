@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from cudnn_rnn import checkpoint, files
+from cudnn_rnn._once import once, one_operation
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import Claims, clip, first_line, quote
@@ -96,10 +97,22 @@ _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
 }
 
 
+def _sniff(path: str) -> str:
+    return once("sniff", path, lambda: files.sniff(path))  # type: ignore[no-any-return]
+
+
+def _claims(path: str) -> Claims:
+    return once("claims", path, lambda: checkpoint.read_claims(path))  # type: ignore[no-any-return]
+
+
+def _described(path: str) -> list[dict[str, Any]]:
+    return once("describe", path, lambda: checkpoint.describe(path))  # type: ignore[no-any-return]
+
+
 def reader_of(path: str) -> str:
     """The reader of ``path`` (a key of :data:`READERS`'s values), chosen by its content; see
     the module for the rules. Raises :class:`UnsupportedFormat` for a file no reader takes."""
-    kind = files.sniff(path)
+    kind = _sniff(path)
     if kind == files.TF1 and not checkpoint.is_tf_checkpoint(path):
         raise UnsupportedFormat(
             f"{path}: the index of a TF1 checkpoint, but not named PREFIX.index; give it its "
@@ -129,7 +142,7 @@ def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], st
     headers (TorchScript, ``.npz``); a torch.save file is loaded whole (``weights_only``).
     """
     if reader in ("tf", "safetensors"):
-        return dict(checkpoint.read_claims(path))
+        return dict(_claims(path))
     if reader == "keras_h5":
         from cudnn_rnn.formats.keras_h5 import keras_h5_weights
 
@@ -166,7 +179,7 @@ def contents(path: str, activation: str | None = None) -> Contents:
         layer = load_layer(path, activation)
         models = [{"rnn_mode": layer.rnn_mode, **layer.get_config()}]
     else:
-        models = checkpoint.describe(path) if reader == "safetensors" else []
+        models = _described(path) if reader == "safetensors" else []
         if not models:
             models, skipped = detect_models_and_skipped({n: s for n, (s, _) in shapes.items()})
     return Contents(reader, shapes, models, skipped)
@@ -183,8 +196,13 @@ def find_rnns(
     ``activation`` as in :func:`load`; ``keras`` are the Keras .h5 reader's options
     (``confirm_keras_version``, ``merge_layers``)."""
     path = os.fspath(path)
-    reader = reader_of(path)
-    return _FINDERS[reader](path, reader, activation, keras)
+    with one_operation():
+        reader = reader_of(path)
+        key = f"find {activation} {sorted(keras.items())}"
+        found: list[FoundRNN] = once(
+            key, path, lambda: _FINDERS[reader](path, reader, activation, keras)
+        )
+        return list(found)
 
 
 def _find_keras_h5(
@@ -212,8 +230,8 @@ def _find_checkpoint(
 ) -> list[FoundRNN]:
     """Our checkpoints and TF1's: the models our metadata or TF's names describe, and TF's
     standard cells."""
-    kind = files.sniff(path)
-    claims = checkpoint.read_claims(path)
+    kind = _sniff(path)
+    claims = _claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
         return torch_file.find_rnns(path, activation=activation)
@@ -246,11 +264,9 @@ def unread_groups(path: str) -> list[str]:
     """The groups of a checkpoint's names not understood as a model (what they lack), for
     ``cudnn-rnn inspect``; empty for other formats and for files whose metadata says it."""
     reader = reader_of(path)
-    if reader not in ("tf", "safetensors") or (
-        reader == "safetensors" and checkpoint.describe(path)
-    ):
+    if reader not in ("tf", "safetensors") or (reader == "safetensors" and _described(path)):
         return []
-    shapes = {n: s for n, (s, _) in checkpoint.read_claims(path).items()}
+    shapes = {n: s for n, (s, _) in _claims(path).items()}
     return detect_models_and_skipped(shapes)[1]
 
 
@@ -298,6 +314,20 @@ def load_layer(
     options, or the Python API's arguments). ``forget_bias``: what TF's LSTM cells added to the
     forget gate at run time (not stored in a checkpoint; TF's default 1.0 where not given).
     """
+    with one_operation():
+        return _load_layer(path, activation, layer_name, model, note, spelling, forget_bias, keras)
+
+
+def _load_layer(
+    path: str,
+    activation: str | None,
+    layer_name: str | None,
+    model: str | None,
+    note: Callable[[str], None] | None,
+    spelling: Spelling,
+    forget_bias: float | None,
+    keras: dict[str, Any],
+) -> _CudnnRNN:
     reader = reader_of(path)
     if model is not None and layer_name is not None and model != layer_name:
         raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
@@ -346,11 +376,11 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
     """Our checkpoints and TF1's (see :func:`_find_checkpoint`)."""
     path, reader, model, activation = ask.path, ask.reader, ask.model, ask.activation
     spelling, note, forget_bias = ask.spelling, ask.note, ask.forget_bias
-    claims = checkpoint.read_claims(path)
+    claims = _claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
         return _torch_layer(path, model, activation, spelling)
-    kind = files.sniff(path)
+    kind = _sniff(path)
     cells = _standard_cells(reader, claims, kind)
     if cells:
         found = [_found_model(i, m, kind) for i, m in enumerate(models)] + cells
@@ -429,8 +459,9 @@ def _cells_layer(
     from cudnn_rnn.formats.canonical import layer_from_canonical
     from cudnn_rnn.formats.tf1 import cells
 
+    index = checkpoint._tf_bundle(path)  # (parsed once in this operation)
     read = cells.read_cells(
-        path, name, forget_bias=1.0 if forget_bias is None else forget_bias, activation=activation
+        index, name, forget_bias=1.0 if forget_bias is None else forget_bias, activation=activation
     )
     if note is not None:
         for line in read.notes:
@@ -520,7 +551,7 @@ def _keras_h5_layer(
 def _models(path: str, reader: str, claims: Claims) -> list[dict[str, Any]]:
     """The models a checkpoint describes: our metadata's layers, else what the names imply."""
     if reader == "safetensors":
-        described = checkpoint.describe(path)
+        described = _described(path)
         # Cell stacks describe cells, not one fused model: their names say what it is.
         if described and all("rnn_mode" in m for m in described):
             return described
@@ -608,7 +639,8 @@ def load(
     >>> cudnn_rnn.load(os.path.join(folder, "gru.pt")).num_units
     4
     """
-    return load_layer(
-        os.fspath(path), activation, model=name, note=note, spelling=PYTHON,
-        forget_bias=forget_bias, **options,
-    )  # fmt: skip
+    with one_operation():
+        return load_layer(
+            os.fspath(path), activation, model=name, note=note, spelling=PYTHON,
+            forget_bias=forget_bias, **options,
+        )  # fmt: skip
