@@ -13,10 +13,12 @@ import torch
 import cudnn_rnn
 from cudnn_rnn import bench, checkpoint, cli, convert, files, model_files, pickles
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.formats import cudnn_layout, keras_h5, onnx, torch_file
+from cudnn_rnn.formats import cudnn_layout, keras3, keras_h5, onnx, torch_file
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.formats.tf1 import cells as tf1_cells
 from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
 from cudnn_rnn.formats.tf1 import protobuf_wire
+from tests.support.paths import FIXTURES
 
 
 def _junk(tmp_path: Path, name: str) -> str:
@@ -71,6 +73,16 @@ def _opaque_refusal() -> None:
     tf1_opaque.plan({}, lambda names: {}, [layer], {}, opaque_name=False, optimizer=optimizer)
 
 
+def _config_only(folder: Path) -> Path:
+    """A zip holding a Keras 3 config.json and no weights file."""
+    import zipfile
+
+    path = folder / "config_only.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "{}")
+    return path
+
+
 CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object]]] = {
     "CheckpointError": (
         checkpoint.CheckpointError,
@@ -93,6 +105,12 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         keras_h5.KerasH5Error,
         ValueError,
         lambda t: convert.from_keras_h5(_junk(t, "x.h5")),
+    ),
+    "Keras3Error": (keras3.Keras3Error, ValueError, lambda t: keras3.find_rnns(_config_only(t))),
+    "TF1CellsError": (
+        tf1_cells.TF1CellsError,
+        ValueError,
+        lambda t: tf1_cells.read_cells(FIXTURES / "tf1_cells" / "lstm.ckpt", "no such rnn"),
     ),
     "LayoutNotFound": (cudnn_layout.LayoutNotFound, ValueError, lambda t: _discovery_failure()),
     "OpaqueRestoreError": (tf1_opaque.OpaqueRestoreError, ValueError, lambda t: _opaque_refusal()),

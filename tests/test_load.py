@@ -231,3 +231,25 @@ def test_one_command_parses_a_file_once(
     counts.update(sniff=0, _parse_index=0)
     cudnn_rnn.load(args[1])
     assert counts == {"sniff": 1, "_parse_index": 1}
+
+
+KERAS3 = FIXTURES / "keras3"
+
+
+@pytest.mark.parametrize("fixture", ["lstm", "gru"])
+def test_keras3_files_load_in_one_call_and_compute_what_keras_computed(
+    fixture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real Keras 3 .keras files (written by Keras 3.15 on the torch backend), read without
+    Keras: told by content, loaded by cudnn_rnn.load and by the command."""
+    expected = np.load(KERAS3 / f"{fixture}.npz")
+    (name,) = [f.name for f in cudnn_rnn.find_rnns(KERAS3 / f"{fixture}.keras") if f.computable]
+    layer = cudnn_rnn.load(KERAS3 / f"{fixture}.keras")
+    with torch.no_grad():
+        y, _ = layer(torch.from_numpy(expected[f"{name}/input"]), time_major=False)
+    np.testing.assert_allclose(y.numpy(), expected[f"{name}/output"], rtol=0, atol=1e-5)
+    renamed = tmp_path / "model.bin"  # content, not the name, tells the format
+    renamed.write_bytes((KERAS3 / f"{fixture}.keras").read_bytes())
+    assert main(["inspect", str(renamed)]) == 0
+    assert "keras3 file" in capsys.readouterr().out
+    assert main(["convert", str(renamed), str(tmp_path / "k.safetensors")]) == 0

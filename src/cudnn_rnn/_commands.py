@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from cudnn_rnn import atomic, bench, convert, files, model_files
+from cudnn_rnn._console import _OptionError, _OutputError, progress, say
 from cudnn_rnn._once import one_operation
-from cudnn_rnn._console import OptionError, OutputError, progress, say
 from cudnn_rnn.files import quote
 from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.layers import _CudnnRNN
@@ -147,19 +147,19 @@ def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) ->
 def _convert(args: argparse.Namespace) -> None:
     dst: str = args.dst
     if dst.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
-        raise OutputError(
+        raise _OutputError(
             f"{dst}: names a directory, not a file; give the output's file name (for example "
             f"{dst}model.safetensors)."
         )
     try:  # before the source is read: a name that picks no format writes nothing
         writer = convert.writer_for(dst, args.format, option="--format ")
     except ValueError as err:
-        raise OutputError(str(err)) from None
+        raise _OutputError(str(err)) from None
     layer = _load(args.src, args)
     try:
         writer.write(layer, dst)
     except OSError as err:  # anything the writers meet on the way to dst
-        raise OutputError(f"{dst}: cannot write it: {atomic.write_problem(dst, err)}.") from err
+        raise _OutputError(f"{dst}: cannot write it: {atomic.write_problem(dst, err)}.") from err
     say(
         f"{args.src} -> {args.dst} ({writer.what}): {type(layer).__name__} "
         f"{layer.num_layers} layer(s), {layer.num_units} units, {layer.direction}"
@@ -170,10 +170,10 @@ def _bench(args: argparse.Namespace) -> None:
     try:
         bench.check_timing_arguments(args)
     except ValueError as err:
-        raise OptionError(str(err)) from None
+        raise _OptionError(str(err)) from None
     for option, value in (("--steps", args.steps), ("--batch", args.batch)):
         if value < 1:
-            raise OptionError(f"{option} must be an integer >= 1, got {value}.")
+            raise _OptionError(f"{option} must be an integer >= 1, got {value}.")
     layer = _load(args.path, args).to(args.device)
     batches = bench.random_batches(args.batch, layer.input_size, [args.steps])
     dtype = str(layer.dtype).removeprefix("torch.")

@@ -8,14 +8,14 @@ import sys
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import escape
 
-__all__ = ["OptionError", "OutputError", "end_progress", "progress", "say"]
+__all__ = ["_OptionError", "_OutputError", "end_progress", "progress", "say"]
 
 
-class OutputError(UsageError):
+class _OutputError(UsageError):
     """The output cannot be written: its line names the output, not the source."""
 
 
-class OptionError(UsageError):
+class _OptionError(UsageError):
     """An option's value is wrong: its line names the option, not the source."""
 
 

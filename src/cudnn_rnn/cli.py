@@ -45,7 +45,7 @@ import sys
 from collections.abc import Sequence
 
 from cudnn_rnn import __version__, atomic, convert
-from cudnn_rnn._console import OptionError, OutputError, end_progress
+from cudnn_rnn._console import _OptionError, _OutputError, end_progress
 from cudnn_rnn._timing import add_timing_arguments
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.files import FormatError, clip, escape, first_line
@@ -215,7 +215,7 @@ def _main(argv: Sequence[str] | None) -> int:
         COMMANDS[args.command](args)
     except BrokenPipeError:  # `cudnn-rnn inspect f | head -3`: the reader has all it wants
         return _closed_pipe()
-    except (OutputError, OptionError) as err:  # one line of ours, ending with what to do
+    except (_OutputError, _OptionError) as err:  # one line of ours, ending with what to do
         return _fail(str(err))
     except OSError as err:
         return _fail(_read_problem(err), path)

@@ -39,7 +39,7 @@ from cudnn_rnn.files import Claims, clip, first_line, quote
 from cudnn_rnn.formats import onnx as onnx_format
 from cudnn_rnn.formats import registry, torch_file, torch_nn
 from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
-from cudnn_rnn.formats.found import FoundRNN
+from cudnn_rnn.formats.found import FoundRNN, ReadRNN
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
@@ -98,7 +98,10 @@ _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
 
 
 def _sniff(path: str) -> str:
-    return once("sniff", path, lambda: files.sniff(path))  # type: ignore[no-any-return]
+    """The kind of ``path`` by its content (a family refined: a Keras 3 zip), once."""
+    return once(  # type: ignore[no-any-return]
+        "sniff", path, lambda: registry.refine_kind(files.sniff(path), path)
+    )
 
 
 def _claims(path: str) -> Claims:
@@ -147,6 +150,10 @@ def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], st
         from cudnn_rnn.formats.keras_h5 import keras_h5_weights
 
         return keras_h5_weights(path)
+    if reader == "keras3":
+        from cudnn_rnn.formats import keras3
+
+        return keras3.tensor_shapes(path)
     if reader == "onnx":
         from cudnn_rnn.formats import onnx
 
@@ -240,6 +247,14 @@ def _find_checkpoint(
     )
 
 
+def _find_keras3(
+    path: str, reader: str, activation: str | None, keras: dict[str, Any]
+) -> list[FoundRNN]:
+    from cudnn_rnn.formats import keras3
+
+    return keras3.find_rnns(path)
+
+
 #: Each format of the registry -> what lists the RNNs of its files.
 _FINDERS: dict[str, Callable[[str, str, str | None, dict[str, Any]], list[FoundRNN]]] = {
     "safetensors": _find_checkpoint,
@@ -247,6 +262,7 @@ _FINDERS: dict[str, Callable[[str, str, str | None, dict[str, Any]], list[FoundR
     "onnx": _find_onnx,
     "torch": _find_torch,
     "keras_h5": _find_keras_h5,
+    "keras3": _find_keras3,
 }
 
 
@@ -438,6 +454,34 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
     return layer
 
 
+def _load_keras3(ask: _Request) -> _CudnnRNN:
+    from cudnn_rnn.formats import keras3
+
+    model = ask.model
+    if model is None:
+        model = _only_one(ask.path, keras3.find_rnns(ask.path), ask.spelling)
+        if model is None:
+            raise UsageError(f"{ask.path}: holds no RNN layer.")
+    return _built(keras3.read(ask.path, model), ask.note, ask.path)
+
+
+def _built(read: ReadRNN, note: Callable[[str], None] | None, path: str) -> _CudnnRNN:
+    """The one place a reader's data becomes our layer: CPU, the data's floating dtype
+    (float16 and float64 kept, else float32); each of its notes told."""
+    from cudnn_rnn.formats.canonical import layer_from_canonical
+
+    if note is not None:
+        for line in read.notes:
+            note(f"{path}: {line}")
+    dtype = read.weights[0].dtype
+    if dtype not in (torch.float16, torch.float64):
+        dtype = torch.float32
+    return layer_from_canonical(
+        read.spec, read.weights, read.biases, dtype=dtype, device=torch.device("cpu"),
+        owner="cudnn_rnn.load",
+    )  # fmt: skip
+
+
 #: Each format of the registry -> what loads one RNN of its files as our layer.
 _LOADERS: dict[str, Callable[[_Request], _CudnnRNN]] = {
     "safetensors": _load_checkpoint,
@@ -445,6 +489,7 @@ _LOADERS: dict[str, Callable[[_Request], _CudnnRNN]] = {
     "onnx": _load_onnx,
     "torch": _load_torch,
     "keras_h5": _load_keras_h5,
+    "keras3": _load_keras3,
 }
 
 
@@ -456,20 +501,13 @@ def _cells_layer(
     note: Callable[[str], None] | None,
 ) -> _CudnnRNN:
     """The RNN of TF's standard cells named ``name``, read as data and built as our layer."""
-    from cudnn_rnn.formats.canonical import layer_from_canonical
     from cudnn_rnn.formats.tf1 import cells
 
     index = checkpoint._tf_bundle(path)  # (parsed once in this operation)
     read = cells.read_cells(
         index, name, forget_bias=1.0 if forget_bias is None else forget_bias, activation=activation
     )
-    if note is not None:
-        for line in read.notes:
-            note(f"{path}: {line}")
-    return layer_from_canonical(
-        read.spec, read.weights, read.biases, dtype=read.weights[0].dtype,
-        device=torch.device("cpu"), owner="cudnn_rnn.load",
-    )  # fmt: skip
+    return _built(read, note, path)
 
 
 def _pick_model(

@@ -453,3 +453,26 @@ def parse_object_key(key: str) -> ObjectKey | None:
     if m is None:
         return None
     return ObjectKey(m["path"], None if m["layer"] is None else int(m["layer"]), m["variable"])
+
+
+# -- TF's standard cells (tf.compat.v1.nn.rnn_cell; formats.tf1.cells reads them) -----------------
+
+#: The two naming generations of TF's cells' variables: ``kernel``/``bias`` (TF >= 1.0's layers)
+#: and ``weights``/``biases`` (before).
+STANDARD_NEW, STANDARD_OLD = "kernel/bias", "weights/biases (TF 1.0)"
+#: A standard cell's variable roles -> {generation: its name under the cell's scope}.
+STANDARD_CELL_VARIABLES: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "kernel": {STANDARD_NEW: KERNEL, STANDARD_OLD: "weights"},
+        "bias": {STANDARD_NEW: BIAS, STANDARD_OLD: "biases"},
+        "projection": {STANDARD_NEW: PROJECTION_KERNEL, STANDARD_OLD: "projection/weights"},
+        GATES_KERNEL: {STANDARD_NEW: GATES_KERNEL, STANDARD_OLD: "gates/weights"},
+        GATES_BIAS: {STANDARD_NEW: GATES_BIAS, STANDARD_OLD: "gates/biases"},
+        "candidate/kernel": {STANDARD_NEW: "candidate/kernel", STANDARD_OLD: "candidate/weights"},
+        "candidate/bias": {STANDARD_NEW: "candidate/bias", STANDARD_OLD: "candidate/biases"},
+    }
+)
+#: ``[PARENT/]multi_rnn_cell/cell_L``: a MultiRNNCell's layer ``L`` under its parent scope.
+STANDARD_MULTI = re.compile(
+    r"(?:(?P<parent>.+)/)?" + _LEGACY_STACK + r"/cell_(?P<layer>0|[1-9][0-9]{0,5})"
+)

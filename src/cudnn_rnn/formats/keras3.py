@@ -118,6 +118,26 @@ def find_rnns(path: str | os.PathLike[str], *, time_limit: float | None = None) 
         return [h5r.found_record(p.config(), KIND) for p in _plans(h5, layers)]
 
 
+def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype name) of the RNN layers' weights in the archive's
+    ``model.weights.h5`` (``layers/lstm/cell/vars/0``...), from their descriptions: no weight
+    is read, and nothing else of the file is looked at."""
+    with _errors(), _opened(path) as (layers, weights, shown):
+        h5 = _weights(weights, layers, False, None, shown)
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+
+    def walk(node: h5r._Node, at: str) -> None:
+        if isinstance(node, h5r._Dataset):
+            out[at] = (node.shape, node.dtype)
+        elif isinstance(node, h5r._Group):
+            for name, link in node.links.items():
+                if isinstance(link, h5r._Link) and link.target is not None:
+                    walk(link.target, f"{at}/{name}" if at else name)
+
+    walk(h5.root, "")
+    return out
+
+
 def read(path: str | os.PathLike[str], name: str, *, time_limit: float | None = None) -> ReadRNN:
     """The RNN layer ``name`` (as :func:`find_rnns` lists it) as pure data: its spec and
     canonical tensors (cuDNN's gate order, the file's dtype), with how to feed it in ``notes``

@@ -23,7 +23,20 @@ from pathlib import PurePath
 
 from cudnn_rnn import files
 
-__all__ = ["FORMATS", "NOT_READ", "READ", "Format", "reader_for_kind", "reader_for_name"]
+__all__ = [
+    "FORMATS",
+    "KERAS3",
+    "NOT_READ",
+    "READ",
+    "Format",
+    "reader_for_kind",
+    "reader_for_name",
+    "refine_kind",
+]
+
+
+#: The kind of a Keras 3 archive, which :func:`refine_kind` tells among zips.
+KERAS3 = "keras3"
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,9 @@ FORMATS: tuple[Format, ...] = (
         (".pt", ".pth"),
     ),
     Format("keras_h5", "Keras 2 .h5 files", (files.HDF5,), (".h5", ".hdf5")),
+    # A zip holding config.json and model.weights.h5 (files.sniff says "zip"; the reader's
+    # is_keras3 tells it: see refine_kind).
+    Format("keras3", "Keras 3 .keras files", (KERAS3,), (".keras",)),
 )
 
 #: What the command says of the kinds it recognises but does not read.
@@ -58,6 +74,18 @@ READ = "; ".join(f.title for f in FORMATS)
 
 _BY_KIND = {kind: f.name for f in FORMATS for kind in f.kinds}
 _BY_EXTENSION = {ext: f.name for f in FORMATS for ext in f.extensions}
+
+
+def refine_kind(kind: str, path: str) -> str:
+    """The kind of ``path`` where :func:`cudnn_rnn.files.sniff`'s ``kind`` is a family:
+    a zip holding a Keras 3 model's ``config.json`` and ``model.weights.h5`` is
+    :data:`KERAS3`."""
+    if kind == files.ZIP:
+        from cudnn_rnn.formats import keras3
+
+        if keras3.is_keras3(path):
+            return KERAS3
+    return kind
 
 
 def reader_for_kind(kind: str) -> str | None:

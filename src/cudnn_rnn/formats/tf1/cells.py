@@ -138,19 +138,14 @@ class TF1CellsError(files.FormatError):
 #: Variable roles, each with its names in the later (kernel/bias) and TF 1.0 generation.
 _KERNEL, _BIAS, _PROJ = "kernel", "bias", "projection"
 _PEEPHOLES = ("w_f_diag", "w_i_diag", "w_o_diag")
-_GATES_KERNEL, _GATES_BIAS = "gates/kernel", "gates/bias"
+_GATES_KERNEL, _GATES_BIAS = tf_names.GATES_KERNEL, tf_names.GATES_BIAS
 _CAND_KERNEL, _CAND_BIAS = "candidate/kernel", "candidate/bias"
 _BLOCK_GRU = ("w_ru", "b_ru", "w_c", "b_c")
-_NEW, _OLD = "kernel/bias", "weights/biases (TF 1.0)"
-#: role -> {generation: the variable's name relative to the cell scope}.
+_NEW, _OLD = tf_names.STANDARD_NEW, tf_names.STANDARD_OLD
+#: role -> {generation: the variable's name relative to the cell scope} (TF's names are
+#: cudnn_rnn.core.tf_names').
 _NAMES: Mapping[str, Mapping[str, str]] = {
-    _KERNEL: {_NEW: "kernel", _OLD: "weights"},
-    _BIAS: {_NEW: "bias", _OLD: "biases"},
-    _PROJ: {_NEW: "projection/kernel", _OLD: "projection/weights"},
-    _GATES_KERNEL: {_NEW: "gates/kernel", _OLD: "gates/weights"},
-    _GATES_BIAS: {_NEW: "gates/bias", _OLD: "gates/biases"},
-    _CAND_KERNEL: {_NEW: "candidate/kernel", _OLD: "candidate/weights"},
-    _CAND_BIAS: {_NEW: "candidate/bias", _OLD: "candidate/biases"},
+    **tf_names.STANDARD_CELL_VARIABLES,
     **{p: {_NEW: p, _OLD: p} for p in _PEEPHOLES + _BLOCK_GRU},
 }
 
@@ -170,7 +165,7 @@ _KINDS: Mapping[str, _Kind] = {
     "basic_lstm_cell": _Kind("BasicLSTMCell", CUDNN_LSTM, (_KERNEL, _BIAS)),
     "lstm_fused_cell": _Kind("LSTMBlockFusedCell", CUDNN_LSTM, (_KERNEL, _BIAS, *_PEEPHOLES)),
     "lstm_block_wrapper": _Kind("LSTMBlockFusedCell", CUDNN_LSTM, (_KERNEL, _BIAS, *_PEEPHOLES)),
-    "basic_rnn_cell": _Kind("BasicRNNCell", CUDNN_RNN_TANH, (_KERNEL, _BIAS)),
+    tf_names.BASIC_RNN_CELL: _Kind("BasicRNNCell", CUDNN_RNN_TANH, (_KERNEL, _BIAS)),
     "gru_cell": _Kind(
         "GRUCell or GRUBlockCell",
         CUDNN_GRU,
@@ -390,7 +385,7 @@ def _gru(cell: _Cell, shapes: Mapping[str, Shape]) -> _Cell:
 
 # -- cells into RNNs --------------------------------------------------------------------------
 
-_MULTI = re.compile(r"(?:(?P<parent>.+)/)?multi_rnn_cell/cell_(?P<layer>0|[1-9][0-9]{0,5})")
+_MULTI = tf_names.STANDARD_MULTI
 _DIRECTION = re.compile(r"(?:(?P<parent>.+)/)?(?P<direction>fw|bw)")
 _STACK_LAYER = re.compile(
     r"(?:(?P<parent>.+)/)?cell_(?P<layer>0|[1-9][0-9]{0,5})(?:/bidirectional_rnn)?"
