@@ -45,12 +45,18 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from cudnn_rnn.files import quote
+
+if TYPE_CHECKING:  # for the annotations only: importing this module imports no torch
+    import torch
+
+    from cudnn_rnn.formats.found import FoundRNN
+    from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
 
 __all__ = [
     "CONVERTERS",
@@ -135,54 +141,74 @@ def converter(target: str, way: str) -> Converter:
     return found
 
 
-def to_torch(layer: Any) -> Any:
-    """``torch.nn.LSTM/GRU/RNN`` computing what ``layer`` computes."""
-    return converter("torch", "to")(layer)
+@overload
+def to_torch(layer: CudnnLSTM) -> torch.nn.LSTM: ...
+@overload
+def to_torch(layer: CudnnGRU) -> torch.nn.GRU: ...
+@overload
+def to_torch(layer: CudnnRNNTanh | CudnnRNNRelu) -> torch.nn.RNN: ...
+@overload
+def to_torch(layer: _CudnnRNN) -> torch.nn.RNNBase: ...
+def to_torch(layer: _CudnnRNN) -> torch.nn.RNNBase:
+    """``torch.nn.LSTM/GRU/RNN`` computing what ``layer`` computes (a ``CudnnLSTM`` gives a
+    ``torch.nn.LSTM``, a ``CudnnGRU`` a ``torch.nn.GRU``, the plain RNNs a ``torch.nn.RNN``)."""
+    module: torch.nn.RNNBase = converter("torch", "to")(layer)
+    return module
 
 
-def from_torch(source: Any, **kwargs: Any) -> Any:
+def from_torch(
+    source: torch.nn.Module | Mapping[str, Any] | str | os.PathLike[str], **kwargs: Any
+) -> _CudnnRNN:
     """Our layer computing what a ``torch.nn.LSTM/GRU/RNN`` (or ``LSTMCell``/``GRUCell``/
     ``RNNCell``, a state_dict or a torch file) computes; see
     :func:`cudnn_rnn.formats.torch_nn.from_torch` for ``prefix=`` and ``activation=``."""
-    return converter("torch", "from")(source, **kwargs)
+    layer: _CudnnRNN = converter("torch", "from")(source, **kwargs)
+    return layer
 
 
-def to_keras(layer: Any) -> Any:
+def to_keras(layer: _CudnnRNN) -> list[Any]:
     """Keras layers (one per layer) computing what ``layer`` computes (batch-major)."""
-    return converter("keras", "to")(layer)
+    made: list[Any] = converter("keras", "to")(layer)
+    return made
 
 
-def from_keras(layers: Any) -> Any:
+def from_keras(layers: Any) -> _CudnnRNN:
     """Our layer from a Keras LSTM/GRU(reset_after=True)/SimpleRNN/Bidirectional (or a list)."""
-    return converter("keras", "from")(layers)
+    layer: _CudnnRNN = converter("keras", "from")(layers)
+    return layer
 
 
-def from_keras_h5(path: Any, **kwargs: Any) -> Any:
+def from_keras_h5(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, _CudnnRNN]:
     """``{layer name: our layer}`` for the RNN layers of a Keras 2 / tf.keras 1.x ``.h5`` file
     (``CuDNNLSTM``, ``CuDNNGRU``, ``LSTM``, ``GRU(reset_after=True)``, ``SimpleRNN``,
     ``Bidirectional``); see :func:`cudnn_rnn.formats.keras_h5.from_keras_h5` for the options."""
-    return converter("keras_h5", "from")(path, **kwargs)
+    layers: dict[str, _CudnnRNN] = converter("keras_h5", "from")(path, **kwargs)
+    return layers
 
 
-def to_onnx(layer: Any, path: Any, **kwargs: Any) -> Any:
+def to_onnx(layer: _CudnnRNN, path: str | os.PathLike[str], **kwargs: Any) -> None:
     """Write ``layer`` as an ONNX model with the standard RNN operators."""
-    return converter("onnx", "to")(layer, path, **kwargs)
+    converter("onnx", "to")(layer, path, **kwargs)
 
 
-def from_onnx(path: Any, **kwargs: Any) -> Any:
+def from_onnx(path: Any, **kwargs: Any) -> _CudnnRNN:
     """Our layer from an ONNX model's standard LSTM/GRU/RNN node (``node=`` picks one of those
     :func:`find_rnns` lists); see :func:`cudnn_rnn.formats.onnx.from_onnx`."""
-    return converter("onnx", "from")(path, **kwargs)
+    layer: _CudnnRNN = converter("onnx", "from")(path, **kwargs)
+    return layer
 
 
-def from_numpy_canonical(source: Any, *args: Any, **kwargs: Any) -> Any:
+def from_numpy_canonical(
+    source: str | os.PathLike[str] | Sequence[Any], *args: Any, **kwargs: Any
+) -> _CudnnRNN:
     """Our layer from canonical weights given as NumPy arrays: an ``.npz`` that
     ``np.savez(path, *weights, *biases)`` wrote, or the arrays themselves, with the layer's
     configuration; see :func:`cudnn_rnn.formats.npz.from_numpy_canonical`."""
-    return converter("numpy", "from")(source, *args, **kwargs)
+    layer: _CudnnRNN = converter("numpy", "from")(source, *args, **kwargs)
+    return layer
 
 
-def find_rnns(path: Any, **options: Any) -> Any:
+def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
     """Every RNN a file holds, whatever its format (told by its content): a list of
     :class:`cudnn_rnn.formats.found.FoundRNN`, each with where it is (an ONNX node's path at any
     depth, a torch state_dict prefix, a Keras layer path, a checkpoint's scope), its mode, sizes

@@ -28,7 +28,7 @@ matrices started equal).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,7 +49,11 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
 from cudnn_rnn.initializers import glorot_uniform
+from cudnn_rnn.ops import PaddedOrPacked
 from cudnn_rnn.validation import check_dtype
+
+if TYPE_CHECKING:
+    from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
 
 __all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh", "layer_of"]
 
@@ -82,6 +86,61 @@ class _CudnnRNN(nn.Module, SpecProperties):
         scope: str | None = None,
         device: torch.device | str | None = None,
     ) -> None:
+        """Configure the layer; its parameter is sized and initialised at the build (see the
+        module: now with ``input_size``, else on the first call). The four layer classes share
+        this constructor; ``CudnnGRU``, ``CudnnRNNTanh`` and ``CudnnRNNRelu`` take no ``num_proj``.
+
+        Args:
+            num_layers: ``L``, the number of stacked layers: an int >= 1.
+            num_units: ``H``, the hidden size of every layer and direction: an int >= 1.
+            input_mode: ``"linear_input"`` (``CUDNN_INPUT_LINEAR_MODE``, the default),
+                ``"skip_input"`` (``CUDNN_INPUT_SKIP_MODE``) or ``"auto_select"``
+                (``CUDNN_INPUT_AUTO_MODE``): whether layer 0 multiplies its input by matrices
+                ``W`` (linear), adds it to every gate as is (skip: no input matrices, and the
+                build requires ``input_size == num_units``), or skips exactly when the input
+                size is ``num_units`` (auto).
+            direction: ``"unidirectional"`` (``CUDNN_RNN_UNIDIRECTION``, the default) or
+                ``"bidirectional"`` (``CUDNN_RNN_BIDIRECTION``: ``D = 2``, each layer's output
+                the forward then the backward direction's).
+            dropout: the probability in ``[0, 1]`` of zeroing each output of a layer before the
+                next layer takes it, in training only (so without effect for one layer); default
+                0.
+            seed: an int makes the initial values and the dropout masks reproducible (drawn
+                from generators of the layer's own); None (the default) draws the initial values
+                from torch's global RNG and the masks' seed from the OS.
+            dtype: the parameter's dtype: ``torch.float16``, ``torch.bfloat16``,
+                ``torch.float32`` (the default) or ``torch.float64``, or its name
+                (``"float32"``).
+            kernel_initializer: ``f(shape) -> tensor or array``, called once per canonical
+                weight matrix (input, recurrent and projection matrices) at the build; its result
+                is converted to ``dtype``. Default (None): Glorot-uniform per matrix.
+            bias_initializer: the same for each canonical bias vector ``[H]`` (``bW`` and
+                ``bR`` of every gate). Default (None): zeros.
+            name: the layer's name: :attr:`name`, and its saveable's
+                ``<name>/opaque_kernel_saveable``. Default: the class name in snake case
+                (``"cudnn_lstm"``).
+            input_size: (keyword) ``I``, the inputs' last dimension: builds the layer now rather
+                than on the first call. Default None.
+            num_proj: (keyword; ``CudnnLSTM`` only) ``P``, the size of the recurrent
+                projection ``h = W_proj (o * tanh(c))``, an int in ``[1, num_units]``. Default
+                None: no projection.
+            scope: (keyword) the variable scope that prefixes the names of the TF canonical
+                checkpoint (:attr:`saveable`, :mod:`cudnn_rnn.checkpoint`). Default None: the
+                names start with ``rnn/`` (``stack_bidirectional_rnn/`` when bidirectional).
+            device: (keyword) where the parameter is made. Default None: torch's default
+                device.
+
+        Raises:
+            TypeError: an argument of the wrong type: a size that is not an int (``True`` and
+                ``2.0`` included), a mode, direction or scope that is not a str, a dtype that
+                is not a ``torch.dtype``, an initializer that is not callable.
+            ValueError: a value out of range: ``num_layers``, ``num_units`` or ``num_proj``
+                below 1, ``num_proj > num_units``, an ``input_mode`` or ``direction`` not
+                among the constants, ``dropout`` outside ``[0, 1]``, a dtype other than the
+                four, ``"skip_input"`` with ``input_size != num_units`` (at the build where
+                the input size comes then), an initializer's result of the wrong shape (at the
+                build).
+        """
         super().__init__()
         cls = type(self).__name__
         # Validate everything now, with a placeholder input size (the real one comes at build).
@@ -120,7 +179,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         self._scope = scope
         self._spec: RNNSpec | None = None
         self._op: ops._CudnnRNN | None = None
-        self._saveable: Any = None
+        self._saveable: CudnnOpaqueParamsSaveable | None = None
         # Counts the calls with dropout (call k draws the masks of seed k). A CPU tensor on
         # every device (the seed is read on the host: no GPU synchronisation) and no buffer:
         # not in state_dict, not moved by .to(), and not broadcast by DistributedDataParallel,
@@ -284,13 +343,13 @@ class _CudnnRNN(nn.Module, SpecProperties):
         return (h, [b.num_states, batch_size, b.num_units]) if b.mode == CUDNN_LSTM else (h,)
 
     @property
-    def saveable(self) -> Any:
+    def saveable(self) -> CudnnOpaqueParamsSaveable:
         """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given)."""
         spec = self._built_spec("saveable")
         from cudnn_rnn import saveable as saveable_module
 
         if self._saveable is None or self._saveable.opaque_params is not self.opaque_kernel:
-            cls = getattr(saveable_module, self._saveable_cls_name)
+            cls: type[CudnnOpaqueParamsSaveable] = getattr(saveable_module, self._saveable_cls_name)
             self._saveable = cls(
                 self.opaque_kernel,
                 spec.num_layers,
@@ -307,16 +366,18 @@ class _CudnnRNN(nn.Module, SpecProperties):
     # -- forward --------------------------------------------------------------------------------
     def forward(
         self,
-        inputs: Tensor | PackedSequence,
+        inputs: PaddedOrPacked,
         initial_state: tuple[Tensor, ...] | None = None,
         sequence_lengths: Any = None,
         time_major: bool = True,
         training: bool | None = None,
-    ) -> tuple[Tensor | PackedSequence, tuple[Tensor, ...]]:
+    ) -> tuple[PaddedOrPacked, tuple[Tensor, ...]]:
         """Run the stack; returns ``(outputs, (h, c))`` for LSTM, ``(outputs, (h,))`` otherwise.
 
         ``inputs`` may be a ``PackedSequence``: the outputs are then one too (with the input's
         batch sizes and order), and the states are in the original batch order, as torch.nn.
+        (To a type checker: a ``Tensor`` in gives ``tuple[Tensor, tuple[Tensor, ...]]``, a
+        ``PackedSequence`` gives ``tuple[PackedSequence, tuple[Tensor, ...]]``.)
         """
         cls = type(self).__name__
         if initial_state is not None and not isinstance(initial_state, tuple):
@@ -382,6 +443,9 @@ class _CudnnRNN(nn.Module, SpecProperties):
         )
         return out, ((h_n, c_n) if c_n is not None else (h_n,))
 
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
+
     def _op_for(self, dtype: torch.dtype) -> ops._CudnnRNN:
         assert self._op is not None
         if self._op.dtype != dtype:  # after .to(dtype): same math and generators, new dtype
@@ -443,10 +507,10 @@ class _CudnnRNN(nn.Module, SpecProperties):
 
     # -- checkpoint protocol (delegates to the saveable) -------------------------------------------
     def checkpoint_entries(self) -> dict[str, Tensor]:
-        return self.saveable.checkpoint_entries()  # type: ignore[no-any-return]
+        return self.saveable.checkpoint_entries()
 
     def checkpoint_shapes(self) -> dict[str, tuple[int | None, ...]]:
-        return self.saveable.checkpoint_shapes()  # type: ignore[no-any-return]
+        return self.saveable.checkpoint_shapes()
 
     def checkpoint_load(self, tensors: Mapping[str, Tensor]) -> None:
         self.saveable.checkpoint_load(tensors)

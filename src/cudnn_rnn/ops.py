@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import secrets
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, overload
 
 import numpy as np
 import torch
@@ -49,6 +49,10 @@ from cudnn_rnn.validation import NUMPY_TO_TORCH, check_dtype, check_lengths
 
 __all__ = ["CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh"]
 
+#: The kind of a call's inputs, which its output has too: a padded ``Tensor`` gives a ``Tensor``,
+#: a ``PackedSequence`` a ``PackedSequence`` (and, to a type checker, either gives either).
+PaddedOrPacked = TypeVar("PaddedOrPacked", Tensor, PackedSequence, Tensor | PackedSequence)
+
 
 class _CudnnRNN(SpecProperties):
     """Base of the op-level classes; the mode is data (``_rnn_mode``), the code is shared."""
@@ -67,6 +71,43 @@ class _CudnnRNN(SpecProperties):
         seed: int | None = 0,
         num_proj: int | None = None,
     ) -> None:
+        """Configure the op; the four op classes share this constructor (``num_proj`` is
+        ``CudnnLSTM``'s; the others take only None). The op holds no parameters: each call
+        takes the ``params`` buffer of :meth:`params_size` elements.
+
+        Args:
+            num_layers: ``L``, the number of stacked layers: an int >= 1.
+            num_units: ``H``, the hidden size of every layer and direction: an int >= 1.
+            input_size: ``I``, the inputs' last dimension: an int >= 1.
+            input_mode: how layer 0 takes its input: ``"linear_input"``
+                (``CUDNN_INPUT_LINEAR_MODE``, the default: input matrices ``W x``),
+                ``"skip_input"`` (``CUDNN_INPUT_SKIP_MODE``: the input is added to every gate
+                as is, without input matrices; needs ``input_size == num_units``) or
+                ``"auto_select"`` (``CUDNN_INPUT_AUTO_MODE``: skip when ``input_size ==
+                num_units``, else linear).
+            direction: ``"unidirectional"`` (``CUDNN_RNN_UNIDIRECTION``, the default) or
+                ``"bidirectional"`` (``CUDNN_RNN_BIDIRECTION``: ``D = 2``).
+            dtype: the dtype of ``params``, inputs and states: ``torch.float16``,
+                ``torch.bfloat16``, ``torch.float32`` (the default) or ``torch.float64``, or
+                its name (``"float32"``).
+            dropout: the probability in ``[0, 1]`` of zeroing each output of a layer before the
+                next layer takes it, in calls with ``is_training=True`` only; default 0.
+            seed: the seed of the dropout masks (the ``k``-th call with dropout draws masks of
+                a seed derived from it and ``k``); default 0, as TF. None draws one from the OS
+                (never from torch's global RNG).
+            num_proj: (``CudnnLSTM`` only) ``P``, the size of the recurrent projection ``h =
+                W_proj (o * tanh(c))``, an int in ``[1, num_units]``. Default None: no
+                projection.
+
+        Raises:
+            TypeError: an argument of the wrong type: a size that is not an int (``True`` and
+                ``2.0`` included), a mode or direction that is not a str, a dtype that is not a
+                ``torch.dtype``, a seed that is not an int or None.
+            ValueError: a value out of range: a size below 1, ``num_proj > num_units`` or
+                ``num_proj`` for another mode than LSTM, an ``input_mode`` or ``direction`` not
+                among the constants, ``dropout`` outside ``[0, 1]``, a dtype other than the
+                four, ``"skip_input"`` with ``input_size != num_units``.
+        """
         owner = self._owner = f"ops.{type(self).__name__}"
         self._spec = RNNSpec(
             self._rnn_mode,
@@ -120,7 +161,15 @@ class _CudnnRNN(SpecProperties):
         return self._layout.size
 
     # -- canonical conversions ------------------------------------------------------------------
-    def params_to_canonical(self, params: Tensor | np.ndarray) -> tuple[list[Any], list[Any]]:
+    @overload
+    def params_to_canonical(self, params: Tensor) -> tuple[list[Tensor], list[Tensor]]: ...
+    @overload
+    def params_to_canonical(
+        self, params: np.ndarray
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]: ...
+    def params_to_canonical(
+        self, params: Tensor | np.ndarray
+    ) -> tuple[list[Tensor], list[Tensor]] | tuple[list[np.ndarray], list[np.ndarray]]:
         """Split ``params`` into canonical ``(weights, biases)``, as views (gradients reach it).
 
         Order: all weights, then all biases; layer 0 fw, layer 0 bw, layer 1 fw, ...; per
@@ -185,7 +234,7 @@ class _CudnnRNN(SpecProperties):
     # -- forward --------------------------------------------------------------------------------
     def _forward(
         self,
-        input_data: Tensor | PackedSequence,
+        input_data: PaddedOrPacked,
         input_h: Tensor,
         input_c: Tensor | None,
         params: Tensor,
@@ -193,7 +242,7 @@ class _CudnnRNN(SpecProperties):
         sequence_lengths: Any,
         time_major: bool,
         dropout_step: Tensor | None = None,
-    ) -> tuple[Tensor | PackedSequence, Tensor, Tensor | None]:
+    ) -> tuple[PaddedOrPacked, Tensor, Tensor | None]:
         """The checked forward pass through the operator (:mod:`cudnn_rnn.operator`).
 
         ``input_data`` may be a ``PackedSequence`` (then ``sequence_lengths`` must be None, the
@@ -275,8 +324,8 @@ class _CudnnRNN(SpecProperties):
         return (y if time_major else y.transpose(0, 1)), h_n, c_n
 
     def _forward_zero_state(
-        self, x: Any, params: Tensor, is_training: Any, time_major: Any
-    ) -> tuple[Tensor, Tensor, Tensor | None] | None:
+        self, x: PaddedOrPacked, params: Tensor, is_training: Any, time_major: Any
+    ) -> tuple[PaddedOrPacked, Tensor, Tensor | None] | None:
         """A layer's call without initial state or lengths, as :meth:`_forward` would make it
         with zero states, through the operator's plan for such calls
         (:func:`~cudnn_rnn.operator.planned_call`: the same engine, the same bits); None
@@ -293,7 +342,7 @@ class _CudnnRNN(SpecProperties):
         if done is None:
             return None
         self._plan, outputs = done
-        return outputs
+        return outputs  # type: ignore[return-value]  # (x is a Tensor: planned_call took it)
 
     def _autocast(self, x: Any, h: Any, c: Any, params: Any) -> tuple[Any, Any, Any]:
         """Under ``torch.autocast`` the op computes in its own dtype: inputs are cast to it."""
@@ -383,14 +432,14 @@ class CudnnLSTM(_CudnnRNN):
 
     def __call__(
         self,
-        input_data: Tensor | PackedSequence,
+        input_data: PaddedOrPacked,
         input_h: Tensor,
         input_c: Tensor,
         params: Tensor,
         is_training: bool = True,
         sequence_lengths: Any = None,
         time_major: bool = True,
-    ) -> tuple[Tensor | PackedSequence, Tensor, Tensor]:
+    ) -> tuple[PaddedOrPacked, Tensor, Tensor]:
         """Run the LSTM; returns ``(output, output_h, output_c)`` (shapes in the module legend)."""
         out, h, c = self._forward(
             input_data, input_h, input_c, params, is_training, sequence_lengths, time_major
@@ -421,13 +470,13 @@ class _CudnnRNNNoInputC(_CudnnRNN):
 
     def __call__(
         self,
-        input_data: Tensor | PackedSequence,
+        input_data: PaddedOrPacked,
         input_h: Tensor,
         params: Tensor,
         is_training: bool = True,
         sequence_lengths: Any = None,
         time_major: bool = True,
-    ) -> tuple[Tensor | PackedSequence, Tensor]:
+    ) -> tuple[PaddedOrPacked, Tensor]:
         """Run the RNN; returns ``(output, output_h)`` (shapes in the module legend)."""
         out, h, _ = self._forward(
             input_data, input_h, None, params, is_training, sequence_lengths, time_major

@@ -184,6 +184,37 @@ class CudnnParamsFormatConverter(SpecProperties):
         *,
         dtype: torch.dtype | str | None = None,
     ) -> None:
+        """Describe the model whose buffers this converts; TF's argument order (``num_proj``
+        fourth). The four converter classes share this constructor; the base is abstract.
+
+        Args:
+            num_layers: ``L``, the number of stacked layers: an int >= 1.
+            num_units: ``H``, the hidden size of every layer and direction: an int >= 1.
+            input_size: ``I``, the inputs' last dimension: an int >= 1.
+            num_proj: (``CudnnParamsFormatConverterLSTM`` only) ``P``, the size of the
+                recurrent projection, an int in ``[1, num_units]``; its ``projection/kernel
+                [H, P]`` is converted too. Default None: no projection.
+            input_mode: ``"linear_input"`` (``CUDNN_INPUT_LINEAR_MODE``, the default),
+                ``"skip_input"`` (``CUDNN_INPUT_SKIP_MODE``; needs ``input_size ==
+                num_units``; layer 0's kernel then holds identity blocks, see the module) or
+                ``"auto_select"`` (``CUDNN_INPUT_AUTO_MODE``: skip when ``input_size ==
+                num_units``).
+            direction: ``"unidirectional"`` (``CUDNN_RNN_UNIDIRECTION``, the default) or
+                ``"bidirectional"`` (``CUDNN_RNN_BIDIRECTION``: the tensors of the forward
+                then the backward direction of each layer).
+            dtype: (keyword) the dtype results are computed in: ``torch.float16``,
+                ``torch.bfloat16``, ``torch.float32`` or ``torch.float64`` (or its name).
+                Default None: that of the given tensors.
+
+        Raises:
+            TypeError: the abstract base class; an argument of the wrong type (a size that
+                is not an int, a mode or direction that is not a str, a dtype that is not a
+                ``torch.dtype``).
+            ValueError: a value out of range: a size below 1, ``num_proj > num_units`` or
+                ``num_proj`` for another mode than LSTM (r1.15 ignored it), an
+                ``input_mode`` or ``direction`` not among the constants, a dtype other than
+                the four, ``"skip_input"`` with ``input_size != num_units``.
+        """
         owner = type(self).__name__
         if not hasattr(self, "_rnn_mode"):
             raise TypeError(
@@ -525,6 +556,40 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         *,
         num_proj: int | None = None,
     ) -> None:
+        """Bind the saveable to ``opaque_params``; TF's argument order. The four saveable
+        classes share this constructor; the base is abstract.
+
+        Args:
+            opaque_params: the opaque buffer saved and restored in place: a 1-D tensor (an
+                ``nn.Parameter``, e.g. a layer's ``opaque_kernel``) of ``params_size``
+                elements for this configuration, float16, bfloat16, float32 or float64.
+            num_layers: ``L``, the number of stacked layers: an int >= 1.
+            num_units: ``H``, the hidden size of every layer and direction: an int >= 1.
+            input_size: ``I``, the inputs' last dimension: an int >= 1.
+            input_mode: ``"linear_input"`` (``CUDNN_INPUT_LINEAR_MODE``, the default),
+                ``"skip_input"`` (``CUDNN_INPUT_SKIP_MODE``; needs ``input_size ==
+                num_units``) or ``"auto_select"`` (``CUDNN_INPUT_AUTO_MODE``: skip when
+                ``input_size == num_units``).
+            direction: ``"unidirectional"`` (``CUDNN_RNN_UNIDIRECTION``, the default: names
+                under ``rnn/multi_rnn_cell/``) or ``"bidirectional"``
+                (``CUDNN_RNN_BIDIRECTION``: names under ``stack_bidirectional_rnn/``).
+            scope: the variable scope that prefixes every name (``"main"`` gives
+                ``main/rnn/...``; a trailing ``"/"`` is dropped). Default None: no prefix.
+            name: the saveable's own name (TF's ``SaveableObject.name``, :attr:`name`); it
+                is not part of the tensors' names. Default ``"cudnn_rnn_saveable"``.
+            num_proj: (keyword; ``CudnnLSTMSaveable`` only) ``P``, the size of the recurrent
+                projection, an int in ``[1, num_units]``; each layer-direction then saves a
+                ``projection/kernel [H, P]``. Default None: no projection.
+
+        Raises:
+            TypeError: the abstract base class; ``opaque_params`` that is not a tensor or
+                has another dtype than the four; an argument of the wrong type (a size that
+                is not an int, a mode, direction, scope or name that is not a str).
+            ValueError: ``opaque_params`` of another shape than ``[params_size]``; a value
+                out of range: a size below 1, ``num_proj > num_units`` or ``num_proj`` for
+                another mode than LSTM, an ``input_mode`` or ``direction`` not among the
+                constants, ``"skip_input"`` with ``input_size != num_units``.
+        """
         owner = type(self).__name__
         if not hasattr(self, "_rnn_mode"):
             raise TypeError(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +65,10 @@ Initializer: TypeAlias = Callable[[tuple[int, ...], torch.dtype], Tensor]
 
 class LSTMStateTuple(NamedTuple):
     """The state of an LSTM cell, ``c`` first as in TF: tensors ``[B, H]`` (ints in ``state_size``).
+
+    Args:
+        c: the cell state ``c [B, H]`` (its size ``H`` in ``state_size``).
+        h: the hidden state ``h [B, H]``, which is also the cell's output.
 
     >>> LSTMStateTuple(c=3, h=3)
     LSTMStateTuple(c=3, h=3)
@@ -178,6 +182,27 @@ class _Cell(_RNNCell):
         dtype: torch.dtype | str = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
+        """Configure the cell; its variables are made on the first call (or by :meth:`build`),
+        when the input depth is known. The arguments every cell takes (a class's own, such as
+        ``CudnnCompatibleGRUCell``'s ``kernel_initializer`` or ``BasicRNNCell``'s
+        ``activation``, are in its docstring):
+
+        Args:
+            num_units: ``H``, the cell's hidden size (and output size): an int >= 1.
+            reuse: accepted for TF's signature and ignored: TF used it to share variables
+                between graph-building calls; here the cell object owns its variables, so
+                reusing the object shares them. Default None.
+            dtype: (keyword) the variables' dtype: ``torch.float16``, ``torch.bfloat16``,
+                ``torch.float32`` (the default) or ``torch.float64``, or its name
+                (``"float32"``); they follow ``.to()`` once made.
+            device: (keyword) where the variables are made. Default None: the device of the
+                first call's inputs (the CPU for :meth:`build`).
+
+        Raises:
+            TypeError: ``num_units`` that is not an int (``True`` and ``2.0`` included), a
+                dtype that is not a ``torch.dtype``.
+            ValueError: ``num_units`` below 1, a dtype other than the four.
+        """
         super().__init__()
         owner = type(self).__name__
         self._num_units = check_int(owner, "num_units", num_units, 1)
@@ -404,9 +429,7 @@ class _TensorStateCell(_Cell):
 class CudnnCompatibleLSTMCell(_Cell):
     """TF's ``CudnnCompatibleLSTMCell``: an LSTM step with cuDNN's math and one bias per gate.
 
-    ``reuse`` is accepted for TF's signature and ignored: TF used it to share variables between
-    graph-building calls; here the cell object owns its variables, so reusing the object shares
-    them. ``forget_bias`` is 0 and there are no peepholes and no cell clipping.
+    ``forget_bias`` is 0 and there are no peepholes and no cell clipping.
 
     Shapes: ``inputs [B, I]``, ``state = LSTMStateTuple(c [B, H], h [B, H])``; returns
     ``(h, LSTMStateTuple(c, h))``.
@@ -473,15 +496,23 @@ class CudnnCompatibleLSTMCell(_Cell):
         h = torch.sigmoid(g["o"]) * torch.tanh(c)
         return h, LSTMStateTuple(c, h)
 
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
+
 
 class CudnnCompatibleGRUCell(_TensorStateCell):
     """TF's ``CudnnCompatibleGRUCell``: a GRU step with cuDNN's variant of the candidate.
 
     cuDNN applies the reset gate after the recurrent product, ``r * (h' @ K_hid + b_hid)``, where
     ``tf.nn.rnn_cell.GRUCell`` computes ``(r * h') @ K``; hence the separate candidate kernels.
-    ``kernel_initializer(shape, dtype) -> Tensor`` initialises each kernel (default: Glorot-uniform
-    per matrix); ``gates/bias`` starts at 1.0 and the candidate biases at 0, as in TF. ``reuse`` is
-    accepted and ignored (see :class:`CudnnCompatibleLSTMCell`).
+    ``gates/bias`` starts at 1.0 and the candidate biases at 0, as in TF. The constructor's
+    other arguments are every cell's (``__init__``); its own:
+
+    Args:
+        kernel_initializer: ``f(shape, dtype) -> Tensor``, called for each of the three kernels
+            when the variables are made (default None: Glorot-uniform per matrix). TypeError
+            when it is not callable (at construction) or returns no tensor, ValueError when
+            the tensor has another shape.
 
     Shapes: ``inputs [B, I]``, ``state [B, H]``; returns ``(h, h)``.
 
@@ -550,6 +581,9 @@ class CudnnCompatibleGRUCell(_TensorStateCell):
         new_h = (1 - g["u"]) * candidate + g["u"] * h
         return new_h, new_h
 
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
+
 
 _ACTIVATIONS: dict[object, str] = {
     None: "tanh",  # TF's default
@@ -565,10 +599,14 @@ _ACTIVATIONS: dict[object, str] = {
 class BasicRNNCell(_TensorStateCell):
     """TF's ``BasicRNNCell``, the cell for cuDNN's ``rnn_tanh`` and ``rnn_relu`` checkpoints.
 
-    ``activation`` is ``"tanh"`` or ``"relu"`` (or ``torch.tanh`` / ``torch.relu``); ``None``, TF's
-    default, means tanh. ``rnn_mode`` follows it. ``reuse`` is accepted and ignored (see
-    :class:`CudnnCompatibleLSTMCell`). Shapes: ``inputs [B, I]``, ``state [B, H]``; returns
-    ``(h, h)``.
+    Shapes: ``inputs [B, I]``, ``state [B, H]``; returns ``(h, h)``. The constructor's other
+    arguments are every cell's (``__init__``); its own:
+
+    Args:
+        activation: ``"tanh"`` or ``"relu"`` (or ``torch.tanh`` / ``torch.relu``, and their
+            ``torch.nn.functional`` forms), the two that cuDNN has; None (the default, as TF)
+            means tanh. ``rnn_mode`` follows it (``"rnn_tanh"`` or ``"rnn_relu"``). ValueError
+            for anything else.
 
     >>> import torch
     >>> cell = BasicRNNCell(3, activation="relu")
@@ -611,6 +649,9 @@ class BasicRNNCell(_TensorStateCell):
         kernel, bias = self._param(tf_names.KERNEL), self._param(tf_names.BIAS)
         new_h = self._act(torch.addmm(bias, torch.cat([x, h], 1), kernel))
         return new_h, new_h
+
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, activation={self.activation!r}"

@@ -18,7 +18,7 @@ TF's saveables write them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -170,6 +170,24 @@ class MultiRNNCell(_CellStack, _RNNCell):
         *,
         scope: str | None = None,
     ) -> None:
+        """Stack ``cells`` in depth.
+
+        Args:
+            cells: the cells, first layer first: a non-empty list of
+                ``CudnnCompatibleLSTMCell``, ``CudnnCompatibleGRUCell`` or ``BasicRNNCell``
+                objects, each listed once (every layer owns its variables); modes and sizes
+                may differ.
+            state_is_tuple: TF's flag; only True (the default, TF's too) is supported: the state
+                is a tuple with one entry per cell.
+            scope: (keyword) the variable scope that was current around ``dynamic_rnn``:
+                names start with ``<scope>/rnn/multi_rnn_cell/cell_<i>/``. Default None (or
+                ``""``): ``rnn/multi_rnn_cell/...``.
+
+        Raises:
+            TypeError: ``cells`` that is not a list of those cells (a single cell or a
+                ``MultiRNNCell`` included), a ``scope`` that is not a str.
+            ValueError: an empty ``cells``, a cell listed twice, ``state_is_tuple=False``.
+        """
         super().__init__()
         owner = "MultiRNNCell"
         if not state_is_tuple:
@@ -226,6 +244,9 @@ class MultiRNNCell(_CellStack, _RNNCell):
             new_state.append(s)
         return output, tuple(new_state)
 
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
+
     def _depth_layers(self, state: State) -> tuple[Sequence[_Cell], Sequence[State]]:
         return self._layers, self._check_state(state)
 
@@ -273,6 +294,24 @@ class BidirectionalStack(_CellStack):
         *,
         scope: str | None = None,
     ) -> None:
+        """Pair ``cells_fw[i]`` and ``cells_bw[i]`` as layer ``i``.
+
+        Args:
+            cells_fw: the forward cells, first layer first: a non-empty list of
+                ``CudnnCompatibleLSTMCell``, ``CudnnCompatibleGRUCell`` or ``BasicRNNCell``
+                objects.
+            cells_bw: the backward cells, as many as ``cells_fw``; no cell object may appear
+                twice in the two lists (every layer and direction owns its variables).
+            scope: (keyword) the variable scope that was current around
+                ``stack_bidirectional_dynamic_rnn``: names start with
+                ``<scope>/stack_bidirectional_rnn/cell_<i>/bidirectional_rnn/{fw,bw}/``.
+                Default None (or ``""``): ``stack_bidirectional_rnn/...``.
+
+        Raises:
+            TypeError: a list that is not a list of those cells (a single cell included), a
+                ``scope`` that is not a str.
+            ValueError: an empty list, lists of different lengths, a cell listed twice.
+        """
         super().__init__()
         owner = "BidirectionalStack"
         fw = _check_cells(owner, "cells_fw", cells_fw)
@@ -316,6 +355,9 @@ class BidirectionalStack(_CellStack):
             sequence_length,
             time_major,
         )
+
+    if TYPE_CHECKING:  # torch types Module.__call__ as returning Any; calling it is forward
+        __call__ = forward
 
     def _named_cells(self) -> list[tuple[str, _Cell, int | None]]:
         out: list[tuple[str, _Cell, int | None]] = []

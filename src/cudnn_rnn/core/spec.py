@@ -86,9 +86,34 @@ def check_dropout(owner: str, dropout: object) -> float:
 class RNNSpec:
     """A validated cuDNN RNN configuration (mode, sizes, input mode, direction, projection).
 
-    ``owner`` only names the caller in error messages. ``input_mode="auto_select"`` is kept as
-    given; :attr:`skip_input` says what it resolves to (skip exactly when ``input_size ==
-    num_units``).
+    ``input_mode="auto_select"`` is kept as given; :attr:`skip_input` says what it resolves to
+    (skip exactly when ``input_size == num_units``). The fields are normalised (plain ``int``
+    and ``float``), so equal configurations compare and hash equal.
+
+    Args:
+        mode: ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"`` (``CUDNN_LSTM``,
+            ``CUDNN_GRU``, ``CUDNN_RNN_TANH``, ``CUDNN_RNN_RELU``).
+        num_layers: ``L``, the number of stacked layers: an int >= 1.
+        num_units: ``H``, the hidden size of every layer and direction: an int >= 1.
+        input_size: ``I``, the inputs' last dimension: an int >= 1.
+        input_mode: ``"linear_input"`` (``CUDNN_INPUT_LINEAR_MODE``, the default),
+            ``"skip_input"`` (``CUDNN_INPUT_SKIP_MODE``; needs ``input_size == num_units``) or
+            ``"auto_select"`` (``CUDNN_INPUT_AUTO_MODE``).
+        direction: ``"unidirectional"`` (``CUDNN_RNN_UNIDIRECTION``, the default) or
+            ``"bidirectional"`` (``CUDNN_RNN_BIDIRECTION``).
+        num_proj: LSTM only: ``P``, the size of the recurrent projection, an int in ``[1,
+            num_units]``. Default None: no projection.
+        dropout: the probability in ``[0, 1]`` of zeroing a layer's outputs between layers in
+            training. Default 0.
+        owner: (not a field) the caller's name at the start of error messages. Default
+            ``"RNNSpec"``.
+
+    Raises:
+        TypeError: a mode, input mode or direction that is not a str, a size that is not an
+            int (``True`` and ``2.0`` included), a dropout that is not a real number.
+        ValueError: a mode, input mode or direction not among the constants, a size below 1,
+            ``num_proj`` for another mode than LSTM or above ``num_units``, ``dropout``
+            outside ``[0, 1]``, ``"skip_input"`` with ``input_size != num_units``.
 
     >>> spec = RNNSpec("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")
     >>> spec.num_gates, spec.num_dirs, spec.layer_input_size(1)

@@ -45,6 +45,29 @@ class _Cell(tnn.Module):
     reset_parameters: Any = tnn.RNNCellBase.reset_parameters
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """torch.nn's constructor: the signature is torch.nn's class's (the arguments go to
+        ``torch.nn.LSTMCell``, ``GRUCell`` or ``RNNCell``, built on the ``meta`` device)::
+
+            LSTMCell(input_size, hidden_size, bias=True, device=None, dtype=None)
+            GRUCell(input_size, hidden_size, bias=True, device=None, dtype=None)
+            RNNCell(input_size, hidden_size, bias=True, nonlinearity='tanh', device=None,
+                    dtype=None)
+
+        Args:
+            input_size: the number of features of the input ``x``: an int >= 1.
+            hidden_size: the number of features of the hidden state ``h``: an int >= 1.
+            bias: False leaves out the biases ``bias_ih`` and ``bias_hh``. Default True.
+            nonlinearity: (``RNNCell`` only) ``'tanh'`` (the default) or ``'relu'``; as
+                torch.nn, another value raises RuntimeError at the call.
+            device: where the parameters are made. Default None: torch's default device.
+            dtype: the parameters' dtype. Default None: torch's default dtype.
+
+        Raises:
+            TypeError: a size that is not an int (torch's message).
+            RuntimeError: a negative size (torch's message).
+            ValueError: a size of 0, which torch.nn's cells accept: the fused operator needs
+                at least one unit and one input feature.
+        """
         reference = checked(self._torch_class, args, kwargs)
         super().__init__()
         self.input_size = reference.input_size

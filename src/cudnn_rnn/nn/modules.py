@@ -138,6 +138,40 @@ class _Fused(tnn.Module):
     all_weights: Any = tnn.RNNBase.all_weights
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """torch.nn's constructor: the signature is torch.nn's class's (the arguments go to
+        ``torch.nn.LSTM``, ``GRU`` or ``RNN``, built on the ``meta`` device, whose checks,
+        messages and warnings they get)::
+
+            LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None)
+            GRU(input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                dropout=0.0, bidirectional=False, device=None, dtype=None)
+            RNN(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True,
+                batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None)
+
+        Args:
+            input_size: the number of features of the input ``x``: an int >= 1.
+            hidden_size: the number of features of the hidden state ``h``: an int >= 1.
+            num_layers: the number of stacked layers. Default 1.
+            bias: False leaves out the biases ``b_ih`` and ``b_hh``. Default True.
+            batch_first: True takes and returns ``(batch, seq, feature)`` instead of
+                ``(seq, batch, feature)`` (not the states). Default False.
+            dropout: the probability in ``[0, 1]`` of zeroing each output of a layer but the
+                last, in training (torch warns when it is nonzero with one layer). Default 0.
+            bidirectional: True makes each layer bidirectional. Default False.
+            proj_size: (``LSTM`` only) the size of the recurrent projection, an int in
+                ``[0, hidden_size)``. Default 0: no projection.
+            nonlinearity: (``RNN`` only) ``'tanh'`` (the default) or ``'relu'``.
+            device: where the parameters are made. Default None: torch's default device.
+            dtype: the parameters' dtype. Default None: torch's default dtype.
+
+        Raises:
+            TypeError: ``input_size`` or ``hidden_size`` that is not an int, ``bias`` or
+                ``batch_first`` that is not a bool (torch.nn's messages).
+            ValueError: a size or ``num_layers`` below 1, ``dropout`` outside ``[0, 1]``,
+                ``proj_size`` below 0 or not below ``hidden_size``, an unknown
+                ``nonlinearity`` (torch.nn's messages).
+        """
         reference = checked(self._torch_class, args, kwargs)
         super().__init__()
         for name in _CONFIG:
