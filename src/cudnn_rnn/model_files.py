@@ -372,7 +372,7 @@ class _Request:
 
 
 def _load_keras_h5(ask: _Request) -> _CudnnRNN:
-    return _keras_h5_layer(ask.path, ask.activation, ask.model, ask.keras, ask.spelling)
+    return _keras_h5_layer(ask.path, ask.activation, ask.model, ask.keras, ask.spelling, ask.note)
 
 
 def _load_onnx(ask: _Request) -> _CudnnRNN:
@@ -574,6 +574,7 @@ def _keras_h5_layer(
     name: str | None,
     keras: dict[str, Any],
     spelling: Spelling,
+    note: Callable[[str], None] | None = None,
 ) -> _CudnnRNN:
     from cudnn_rnn.formats import keras_h5
 
@@ -582,8 +583,7 @@ def _keras_h5_layer(
         name = _only_one(path, keras_h5.find_rnns(path, **options), spelling)
         if name is None:
             raise UsageError(f"{path}: holds no RNN layer.")
-    layer: _CudnnRNN = keras_h5.from_keras_h5(path, layers=[name], **options)[name]
-    return layer
+    return _built(keras_h5.read(path, name, **options), note, path)
 
 
 def _models(path: str, reader: str, claims: Claims) -> list[dict[str, Any]]:
