@@ -253,3 +253,22 @@ def test_keras3_files_load_in_one_call_and_compute_what_keras_computed(
     assert main(["inspect", str(renamed)]) == 0
     assert "keras3 file" in capsys.readouterr().out
     assert main(["convert", str(renamed), str(tmp_path / "k.safetensors")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("tf1_cells/lstm.ckpt", "forget_bias is not stored in a checkpoint"),
+        ("tf1_cells/basic_rnn.ckpt", "the activation is not stored"),
+        ("keras2/go_backwards_model.h5", "call our layer on x.flip(time axis)"),
+        ("keras3/go_backwards.keras", "call our layer on x.flip(time axis)"),
+    ],
+)
+def test_the_listing_says_what_the_file_does_not(
+    path: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (found,) = [f for f in cudnn_rnn.find_rnns(FIXTURES / path) if f.computable]
+    assert any(says in note for note in found.notes)
+    assert main(["inspect", str(FIXTURES / path)]) == 0
+    out = capsys.readouterr().out
+    assert "; note: " in out and says in out.split("; note: ", 1)[1]

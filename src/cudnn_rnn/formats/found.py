@@ -38,6 +38,10 @@ class FoundRNN:
     computable: bool = True
     reasons: tuple[str, ...] = ()  # every reason it is not computable (empty when it is)
     details: dict[str, Any] = field(default_factory=dict, compare=False)  # format's own facts
+    #: What a user must know to compute what the producer computed, one sentence each (a
+    #: Keras go_backwards layer's reversed input; TF's forget_bias, not stored): the listing
+    #: shows them, and the record read from the file (ReadRNN.notes) carries them too.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.computable == bool(self.reasons):
@@ -47,7 +51,8 @@ class FoundRNN:
             )
 
     def describe(self) -> str:
-        """One line: the name (quoted), the model, and why not when cuDNN cannot compute it;
+        """One line: the name (quoted), the model, why not when cuDNN cannot compute it, and the
+        notes;
         nothing of the file in it can drive a terminal or start a line (see the module)."""
         sizes = ", ".join(
             f"{k}={v}"
@@ -64,6 +69,8 @@ class FoundRNN:
         line += f" at {self.where}"
         if not self.computable:
             line += "; cuDNN's math does not compute it: " + "; ".join(self.reasons)
+        for note in self.notes:
+            line += f"; note: {note}"
         return escape(line)
 
 

@@ -410,6 +410,7 @@ def found_record(entry: Mapping[str, Any], kind: str) -> FoundRNN:
         input_size=int(entry["input_size"]),
         direction=str(entry["direction"]),
         details=details,
+        notes=(GO_BACKWARDS_NOTE,) if entry.get("go_backwards") else (),
     )
 
 

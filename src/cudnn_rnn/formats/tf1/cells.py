@@ -656,6 +656,7 @@ def _found(record: _Record, kind: str) -> FoundRNN:
         computable=not problems,
         reasons=tuple(problems),
         details=details,
+        notes=tuple(details[k] for k in ("forget_bias", "activation", "cell_clip") if k in details),
     )
 
 
