@@ -143,7 +143,7 @@ def _call(shape: Shape) -> tuple[Callable[[], object], Callable[[], object]]:
             with torch.no_grad():
                 return [layer(x)[0]]
         out = layer(x)[0]
-        (out * grad).sum().backward()
+        (out * grad).sum().backward()  # type: ignore[no-untyped-call]
         made = [out.detach(), *(p.grad for p in layer.parameters() if p.grad is not None)]
         for p in layer.parameters():
             p.grad = None
