@@ -79,6 +79,13 @@ gpu-check:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) tools/gpu_check.py --out docs
 endif
 
+# The documentation site (mkdocs.yml: docs/, the docstrings, the command's help) into site/;
+# open site/index.html. --strict: a broken link, anchor or reference fails the build.
+.PHONY: docs
+docs: install
+	$(PIP) install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # The native engine built with AddressSanitizer and UBSan, and every native test run under them
 # (about two minutes; `make test` runs a quick subset in tests/test_sanitize.py).
 sanitize: install
