@@ -382,3 +382,13 @@ def test_a_replaced_torch_nn_model_traces_saves_exports_and_trains(tmp_path: Pat
     program = torch.export.export(ours, (tokens,))
     for a, b in zip(program.module()(tokens), want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_a_bare_layer_exports_with_the_torchscript_exporter(tmp_path: Path) -> None:
+    """torch.onnx.export(layer, (x,), dynamo=False) passes forward's defaults (time_major,
+    training) to the trace as 0-d tensors: they are read as the flags they are."""
+    layer = random_layer("gru", 2, "bidirectional", dtype=torch.float32)
+    x, _ = inputs_for(layer, STEPS, BATCH)
+    export_onnx(layer.eval(), (x,), tmp_path / "bare.onnx", dynamo=False)
+    y, (h,) = layer(x)
+    assert_ort_matches(run_ort(tmp_path / "bare.onnx", (x,)), (y, h))

@@ -251,11 +251,10 @@ class _CudnnRNN(SpecProperties):
         own by default.
         """
         spec, owner = self._spec, self._owner
-        for name, flag in (("is_training", is_training), ("time_major", time_major)):
-            if not isinstance(flag, bool):
-                raise TypeError(
-                    f"{owner}: {name} must be a bool, got {type(flag).__name__} {flag!r}."
-                )
+        is_training, time_major = (
+            _traced_flag(flag, name, owner)
+            for name, flag in (("is_training", is_training), ("time_major", time_major))
+        )
         packed = input_data if isinstance(input_data, PackedSequence) else None
         if packed is not None:
             if sequence_lengths is not None:
@@ -515,3 +514,19 @@ class CudnnRNNRelu(_CudnnRNNNoInputC):
     """
 
     _rnn_mode = CUDNN_RNN_RELU
+
+
+def _traced_flag(flag: object, name: str, owner: str) -> bool:
+    """``flag`` as the bool it must be. The TorchScript tracer (``torch.onnx.export(...,
+    dynamo=False)`` of a layer itself) passes ``forward``'s default arguments as 0-d tensors:
+    such a bool tensor is read as its value (it is a constant of the trace)."""
+    if (
+        isinstance(flag, Tensor)
+        and flag.dim() == 0
+        and flag.dtype == torch.bool
+        and torch._C._get_tracing_state() is not None
+    ):
+        return bool(flag)
+    if not isinstance(flag, bool):
+        raise TypeError(f"{owner}: {name} must be a bool, got {type(flag).__name__} {flag!r}.")
+    return flag

@@ -2,7 +2,8 @@
 
 ``import cudnn_rnn.nn as nn`` where ``torch.nn``'s RNNs were, or :func:`replace_rnns` on a
 model that has them: the same constructor, parameters, ``state_dict`` and results as torch.nn
-(each class subclasses torch.nn's), run by the one operator ``cudnn_rnn::rnn`` (the native CPU
+(not subclasses of torch.nn's classes: dynamo refuses to trace those; :func:`is_rnn` tells
+torch.nn's and ours), run by the one operator ``cudnn_rnn::rnn`` (the native CPU
 engine, cuDNN on CUDA), which compiles, runs under ``vmap`` and exports to ONNX.
 """
 
