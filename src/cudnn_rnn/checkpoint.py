@@ -59,9 +59,13 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_LISTED_PROBLEMS",
     "CheckpointError",
+    "check_expected",
     "describe",
     "is_tf_checkpoint",
     "load_file",
+    "load_into",
+    "read_claims",
+    "read_expected",
     "restore",
     "save",
 ]
