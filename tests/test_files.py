@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import shutil
 import stat
 import struct
@@ -45,6 +46,14 @@ def _torch_legacy(path: Path) -> None:
 def _torch_legacy_protocol_4(path: Path) -> None:
     state = torch.nn.GRU(3, 2).state_dict()
     torch.save(state, path, pickle_protocol=4, _use_new_zipfile_serialization=False)
+
+
+def _pickled_arrays(protocol: int) -> Callable[[Path], None]:
+    def make(path: Path) -> None:
+        arrays = {k: v.numpy() for k, v in torch.nn.GRU(3, 2).state_dict().items()}
+        path.write_bytes(pickle.dumps(arrays, protocol=protocol))  # as pickle.dump writes it
+
+    return make
 
 
 def _torchscript(path: Path) -> None:
@@ -141,6 +150,7 @@ PRODUCERS: dict[str, tuple[Callable[[Path], None], str]] = {
     "TF1 index (ours)": (_tf1_index, files.TF1),
     "TF1 index (TensorFlow)": (_tf_fixture_index, files.TF1),
     "other zip": (_other_zip, files.ZIP),
+    **{f"pickle.dump protocol {p}": (_pickled_arrays(p), files.PICKLE) for p in range(6)},
 }
 
 
@@ -200,6 +210,7 @@ def test_every_kind_has_words() -> None:
         files.TORCH_PICKLE,
         files.NPZ,
         files.ZIP,
+        files.PICKLE,
         files.HDF5,
         files.ONNX,
         files.TF1,
@@ -248,7 +259,8 @@ def test_a_safetensors_file_cut_in_its_data_is_still_one(
         b"\x00" * 4,
         b"not a checkpoint at all",
         b"PK\x03\x04 truncated",  # a zip's first bytes, and no end record
-        b"\x80\x02}q\x00.",  # a pickle, not torch's
+        b"\x80\x02}q\x00",  # a pickle cut before its STOP
+        b"(not a pickle, though it starts like one).",
         struct.pack("<Q", 1 << 60) + b"{}",  # a safetensors header longer than the file
         b"\x08\x07\x12\xff\xff\xff\xff\x0f garbage that is no protobuf",
         b"\x12\x04abcd:\x00",  # protobuf, but its first field is no ir_version

@@ -100,12 +100,14 @@ def test_a_torch_save_archive_whose_data_pkl_is_a_bomb_is_refused(tmp_path: Path
     bomb = zips.stored("archive/data.pkl", _memo_bomb(1 << 26))
     path = tmp_path / "state.pt"
     path.write_bytes(zips.archive([bomb if m.name == bomb.name else m for m in members]))
-    says = (
-        r"state\.pt: torch\.load\(weights_only=True\) refuses it: archive/data\.pkl at byte 3: "
-        r"stores memo index 67108864 \(LONG_BINPUT\) after only 2 opcodes"
-    )
-    for call in (torch_file.read_state, torch_file.find_rnns, convert.find_rnns):
-        with pytest.raises(TorchFileError, match=says) as info:
+    bomb = r"archive/data\.pkl at byte 3: stores memo index 67108864 \(LONG_BINPUT\) after only 2"
+    says = {  # read_state hands what it checked to torch.load; the others unpickle it themselves
+        torch_file.read_state: rf"state\.pt: torch\.load\(weights_only=True\) refuses it: {bomb}",
+        torch_file.find_rnns: rf"state\.pt: refused before anything is unpickled: {bomb}",
+        convert.find_rnns: rf"state\.pt: refused before anything is unpickled: {bomb}",
+    }
+    for call, message in says.items():
+        with pytest.raises(TorchFileError, match=message) as info:
             call(path)
         assert isinstance(info.value.__cause__, pickles.PickleError)
 
@@ -119,12 +121,14 @@ def test_a_legacy_file_whose_object_pickle_is_a_bomb_is_refused(tmp_path: Path) 
     path = tmp_path / "legacy.pt"
     path.write_bytes(legacy[:three] + _memo_bomb(1 << 30) + legacy[four:])
     assert files.sniff(path) == files.TORCH_PICKLE
-    says = (
-        rf"legacy\.pt: torch\.load\(weights_only=True\) refuses it: its pickles at byte "
-        rf"{three + 3}: stores memo index 1073741824"
-    )
-    for call in (torch_file.read_state, torch_file.find_rnns, convert.find_rnns):
-        with pytest.raises(TorchFileError, match=says):
+    bomb = rf"its pickles at byte {three + 3}: stores memo index 1073741824"
+    says = {
+        torch_file.read_state: rf"legacy\.pt: torch\.load\(weights_only=True\) refuses it: {bomb}",
+        torch_file.find_rnns: rf"legacy\.pt: refused before anything is unpickled: {bomb}",
+        convert.find_rnns: rf"legacy\.pt: refused before anything is unpickled: {bomb}",
+    }
+    for call, message in says.items():
+        with pytest.raises(TorchFileError, match=message):
             call(path)
 
 
@@ -222,6 +226,9 @@ def test_torchs_pickles_are_walked_whole(tmp_path: Path) -> None:
     assert pickles.check(data) == len(data)
     legacy = _saved(module.state_dict(), _use_new_zipfile_serialization=False)
     assert 0 < pickles.check(legacy, count=5) < len(legacy)
+    ends = pickles.ends(legacy, count=5)  # each of the five pickles, where check says
+    assert ends == [pickles.check(legacy, count=n) for n in range(1, 6)]
+    assert pickle.loads(legacy[ends[0] : ends[1]]) == 1001  # the protocol version, alone
 
 
 def test_the_unpickler_base_reads_no_global() -> None:

@@ -34,6 +34,10 @@ npz            a zip archive of ``.npy`` members only: ``np.savez``
 zip            any other zip archive (a Keras 3 ``.keras`` file, for example)
 torch_pickle   a pickle whose first object is torch's magic number: legacy ``torch.save``
                (``_use_new_zipfile_serialization=False``)
+pickle         a plain pickle (``pickle.dump``): protocol 2 to 5 (its ``PROTO`` opcode first),
+               or 0 and 1 starting with a dict or list (``(dp0``, ``(lp0``, ``}q``, ``]q``,
+               ``}(``, ``](``), and the file's last byte its ``STOP`` (``.``); after the kinds
+               above, so a safetensors header length that looks like ``PROTO`` stays one
 safetensors    an 8-byte little-endian header length that fits in the file, then ``{``
 onnx           protobuf fields of an ``onnx.ModelProto``: ``ir_version`` first, every field a
                known one with its wire type (or an unknown number, as protobuf allows), each
@@ -86,6 +90,7 @@ __all__ = [
     "MAX_ZIP_RATIO",
     "NPZ",
     "ONNX",
+    "PICKLE",
     "SAFETENSORS",
     "STORED",
     "TF1",
@@ -285,6 +290,7 @@ SAFETENSORS: Final = "safetensors"
 TORCH_ZIP: Final = "torch_zip"
 TORCHSCRIPT: Final = "torchscript"
 TORCH_PICKLE: Final = "torch_pickle"
+PICKLE: Final = "pickle"
 NPZ: Final = "npz"
 ZIP: Final = "zip"
 HDF5: Final = "hdf5"
@@ -298,6 +304,7 @@ KINDS: Mapping[str, str] = {
     TORCH_ZIP: "a torch.save archive (zip)",
     TORCHSCRIPT: "a TorchScript archive (torch.jit.save)",
     TORCH_PICKLE: "a legacy torch.save file (pickle)",
+    PICKLE: "a plain pickle (pickle.dump)",
     NPZ: "a NumPy .npz archive (np.savez)",
     ZIP: "a zip archive that is no torch, TorchScript or .npz archive",
     HDF5: "an HDF5 file",
@@ -313,6 +320,8 @@ _HEAD = 64
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _TORCH_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")  # a pickled long
 _PICKLE_PROTOCOLS = range(2, 6)
+#: How a protocol 0 or 1 pickle of a dict or list starts (its first opcodes).
+_OLD_PICKLE_STARTS = (b"(dp", b"(lp", b"}q", b"]q", b"}(", b"](")
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
@@ -349,6 +358,8 @@ def sniff_file(f: io.BufferedReader) -> str:
         header_length = int.from_bytes(head[:8], "little")
         if 2 <= header_length <= size - 8 and head[8:9] == b"{":
             return SAFETENSORS
+    if _is_pickle(f, head, size):
+        return PICKLE
     if _is_table(f, size):
         return TF1
     if _has_hdf5_user_block(f, size):
@@ -391,6 +402,14 @@ def _name_of(f: object) -> str:
 
 def _is_table(f: io.BufferedReader, size: int) -> bool:
     return size >= _TABLE_FOOTER and read_at(f, size - 8, 8) == TF_TABLE_MAGIC.to_bytes(8, "little")
+
+
+def _is_pickle(f: io.BufferedReader, head: bytes, size: int) -> bool:
+    """A plain pickle's first opcodes, and its STOP as the file's last byte."""
+    proto = len(head) > 2 and head[0] == 0x80 and head[1] in _PICKLE_PROTOCOLS
+    if not (proto or head.startswith(_OLD_PICKLE_STARTS)):
+        return False
+    return read_at(f, size - 1, 1) == b"."
 
 
 def _has_hdf5_user_block(f: io.BufferedReader, size: int) -> bool:

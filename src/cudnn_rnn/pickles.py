@@ -18,9 +18,11 @@ claims) and refuses, in a :class:`PickleError` naming the byte:
 
 :class:`Unpickler` is pickle's C unpickler on bytes :func:`check` walked first, with no global
 and no persistent id unless a subclass says which; every pickle the package unpickles itself
-goes through it (TorchScript's ``data.pkl``), and the pickles ``torch.load(weights_only=True)``
-reads (a torch.save archive's ``data.pkl``, a legacy file's leading pickles) are walked by
-:func:`check` first. Standard library only, on :mod:`cudnn_rnn.files`.
+goes through it (TorchScript's ``data.pkl``; torch.save files' and plain pickles, by
+:mod:`cudnn_rnn.formats.torch_pickle`), and the pickles ``torch.load(weights_only=True)`` still
+reads (:func:`cudnn_rnn.formats.torch_file.read_state`) are walked by :func:`check` first
+(:func:`ends` says where each of several pickles in a row ends). Standard library only, on
+:mod:`cudnn_rnn.files`.
 
 >>> import pickle
 >>> check(pickle.dumps({"w": [1, 2]}, protocol=2)) > 0
@@ -48,6 +50,7 @@ __all__ = [
     "PickleError",
     "Unpickler",
     "check",
+    "ends",
 ]
 
 #: The largest pickle read into memory (a module tree's or a state_dict's is a few KiB a module).
@@ -132,10 +135,25 @@ def check(
     """Walk the ``count`` pickles that ``data`` holds one after the other, refusing as the
     module says (:class:`PickleError`); where the last one's ``STOP`` ends. ``allowed``: the
     names of the opcodes that may occur (all when None)."""
+    found = ends(data, what=what, allowed=allowed, count=count)
+    return found[-1] if found else 0
+
+
+def ends(
+    data: bytes | bytearray,
+    *,
+    what: str = "the pickle",
+    allowed: frozenset[str] | None = None,
+    count: int = 1,
+) -> list[int]:
+    """Where each of the ``count`` pickles of ``data`` ends (after its ``STOP``), walked as
+    :func:`check` walks them (a legacy torch.save file is five pickles in a row)."""
     pos, seen = 0, 0
+    out: list[int] = []
     for _ in range(count):
         pos, seen = _walk(data, pos, seen, what, allowed)
-    return pos
+        out.append(pos)
+    return out
 
 
 def _walk(

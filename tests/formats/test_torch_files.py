@@ -699,8 +699,14 @@ def test_other_files_are_refused_naming_their_kind(tmp_path: Path) -> None:
     with pytest.raises(TorchFileError, match=r"model\.h5: an HDF5 file; torch state_dicts are"):
         find_rnns(path)
     torch.save([torch.zeros(2)], tmp_path / "list.pt")
-    with pytest.raises(TorchFileError, match=r"list\.pt: holds a list, not a state_dict"):
-        find_rnns(tmp_path / "list.pt")
+    assert find_rnns(tmp_path / "list.pt") == []  # a list is read (issue 39): no RNN in it
+    with pytest.raises(
+        TorchFileError,
+        match=r"list\.pt holds no torch\.nn LSTM, GRU, RNN or RNN cell state \(names such as "
+        r"weight_ih_l0 or weight_ih, under any prefix\); it holds a list of 1 item \(\[0\]: a "
+        r"tensor\); 1 tensor in all\.",
+    ):
+        from_torch(tmp_path / "list.pt")
     assert find_rnns(_npz_other(tmp_path / "other.npz")) == []
 
 

@@ -56,9 +56,10 @@ FORMATS: tuple[Format, ...] = (
     Format("onnx", "ONNX models", (files.ONNX,), (".onnx",)),
     Format(
         "torch",
-        "torch files (torch.save state_dicts, TorchScript archives' tensors, .npz of torch names)",
-        (files.TORCH_ZIP, files.TORCH_PICKLE, files.TORCHSCRIPT, files.NPZ),
-        (".pt", ".pth"),
+        "torch files (torch.save state_dicts, models and checkpoints, TorchScript archives' "
+        "tensors, pickles and .npz of torch names)",
+        (files.TORCH_ZIP, files.TORCH_PICKLE, files.TORCHSCRIPT, files.NPZ, files.PICKLE),
+        (".pt", ".pth", ".pkl", ".pickle"),
     ),
     Format("keras_h5", "Keras 2 .h5 files", (files.HDF5,), (".h5", ".hdf5")),
     # A zip holding config.json and model.weights.h5 (files.sniff says "zip"; the reader's

@@ -10,10 +10,14 @@ a group), and :func:`read_group` reads the tensors of one, checked, for
 =============  ==============================================================================
 kind           how it is read
 =============  ==============================================================================
-torch_zip,     ``torch.load(weights_only=True)`` (never arbitrary objects), on the CPU, of what
-torch_pickle   was checked first (below); a dict of tensors, nested dicts included
-               (``{"model": state_dict, "epoch": 3}`` holds ``model.encoder.rnn``); other
-               values are left out
+torch_zip,     :mod:`cudnn_rnn.formats.torch_pickle`: unpickled without importing or running
+torch_pickle,  anything (unknown classes become inert records, tensors are kept), every tensor
+pickle         and NumPy array named by its path: dict keys with dots (``{"model":
+               state_dict}`` holds ``model.encoder.rnn``; a Lightning checkpoint's
+               ``state_dict.model.encoder.lstm``), list and tuple elements as ``[0]``, a pickled
+               module's submodules as ``torch.save(model)`` left them (``encoder.lstm``, its
+               ``nn.RNN``'s recorded nonlinearity used); storages are read only for a tensor
+               asked for
 torchscript    :mod:`cudnn_rnn.formats.torchscript`: the module tree's tensors and attributes,
                without running the archive's code (``nn.RNN``'s recorded nonlinearity is used)
 safetensors    the header, checked against the file as
@@ -24,10 +28,12 @@ npz            :mod:`cudnn_rnn.formats.npz`: the ``.npy`` headers, checked; only
 =============  ==============================================================================
 
 Content of no known kind goes to the reader its name's extension asks for (``.safetensors``,
-``.npz``, else ``torch.load``), whose error says what is wrong. Listing reads no tensor data
-except for torch.save files, which ``torch.load`` reads whole.
+``.npz``, ``.pkl``/``.pickle``, else ``torch.load(weights_only=True)``, as below), whose error
+says what is wrong. Listing reads no tensor data, except through ``torch.load``, which reads a
+file whole.
 
-``torch.load`` reads nothing unchecked. A torch.save archive is first checked by the one zip
+:func:`read_state` (and content of no known kind) is read by ``torch.load(weights_only=True)``,
+which reads nothing unchecked. A torch.save archive is first checked by the one zip
 reader (:func:`cudnn_rnn.files.zip_archive`: entry count, sizes, ratios, overlaps, zip64; torch's
 own reader checks none of it and allocates what an entry declares), and its ``data.pkl`` is
 walked by the bounded pickle reader (:func:`cudnn_rnn.pickles.check`); a legacy file's leading
@@ -63,8 +69,8 @@ import torch
 
 from cudnn_rnn import files, pickles
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.files import clip, first_line, listed, quote
-from cudnn_rnn.formats import npz, torchscript
+from cudnn_rnn.files import clip, first_line, listed
+from cudnn_rnn.formats import npz, torch_pickle, torchscript
 from cudnn_rnn.formats import safetensors as st
 from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.formats.torch_state import (
@@ -151,19 +157,7 @@ def _checked_zip(path: str, f: io.BufferedReader) -> io.RawIOBase:
     """The torch.save archive in ``f``, checked (zip reader, then its ``data.pkl``), as
     ``torch.load`` is to read it."""
     archive = files.zip_archive(f, "torch file (zip archive)")
-    first = archive.entries[0].name if archive.entries else ""
-    # torch reads the records in the folder of the archive's first member
-    entry = archive.get(f"{first.split('/', 1)[0]}/data.pkl") if "/" in first else None
-    if entry is None:
-        raise TorchFileError(
-            f"{path}: no data.pkl in the folder of its first member {quote(first)}; not a "
-            "torch.save archive. Save it with torch.save(module.state_dict(), path)."
-        )
-    if entry.size > pickles.MAX_PICKLE_BYTES:
-        raise TorchFileError(
-            f"{path}: member {quote(entry.name)} claims {entry.size} bytes once inflated; at "
-            f"most {pickles.MAX_PICKLE_BYTES} are read."
-        )
+    entry = torch_pickle.data_pkl(path, archive)
     data = archive.read(entry, pin=True)
     try:
         pickles.check(data, what=entry.name)
@@ -342,6 +336,19 @@ class _Source:
     read: Callable[[list[str]], dict[str, torch.Tensor]]
     nonlinearity: Callable[[str], str | None]
     where: Callable[[StateGroup], str]
+    holds: str | None = None  # what the file holds, in words, where it may hold no RNN
+
+
+#: The pickled kinds (torch_pickle reads them) and the names that ask for a reader when the
+#: content proves nothing (else: torch.load).
+_PICKLED = (files.TORCH_ZIP, files.TORCH_PICKLE, files.PICKLE)
+_BY_SUFFIX = {
+    ".safetensors": files.SAFETENSORS,
+    ".npz": files.NPZ,
+    ".pkl": files.PICKLE,
+    ".pickle": files.PICKLE,
+}
+_TORCH_LOAD = "torch.load"
 
 
 def _nothing_recorded(prefix: str) -> str | None:
@@ -352,10 +359,18 @@ def _nothing_recorded(prefix: str) -> str | None:
 def _opened(path: str) -> Iterator[_Source]:
     kind = files.sniff(path)
     if kind == files.UNKNOWN:
-        kind = {".safetensors": files.SAFETENSORS, ".npz": files.NPZ}.get(
-            Path(path).suffix, files.TORCH_ZIP
-        )
-    if kind in (files.TORCH_ZIP, files.TORCH_PICKLE):
+        kind = _BY_SUFFIX.get(Path(path).suffix.lower(), _TORCH_LOAD)
+    if kind in _PICKLED:
+        with torch_pickle.open_pickled(path, kind) as pickled:
+            yield _Source(
+                kind,
+                pickled.shapes(),
+                pickled.read,
+                pickled.nonlinearity,
+                pickled.where,
+                pickled.holds,
+            )
+    elif kind == _TORCH_LOAD:  # content of no known kind: torch.load's error says what is wrong
         loaded = _torch_load(path)
         if not isinstance(loaded, Mapping):
             raise TorchFileError(
@@ -364,7 +379,7 @@ def _opened(path: str) -> Iterator[_Source]:
             )
         state = flatten_state(loaded)
         yield _Source(
-            kind,
+            files.TORCH_ZIP,
             {n: (tuple(t.shape), dtype_name(t)) for n, t in state.items()},
             lambda names: {n: state[n] for n in names},
             _nothing_recorded,
@@ -410,7 +425,7 @@ def _opened(path: str) -> Iterator[_Source]:
     else:
         raise TorchFileError(
             f"{path}: {files.KINDS[kind]}; torch state_dicts are read from torch.save files, "
-            "TorchScript archives, safetensors and .npz files."
+            "TorchScript archives, pickles, safetensors and .npz files."
         )
 
 
@@ -462,7 +477,7 @@ def read_group(
     name = os.fspath(path)
     with _opened(name) as source:
         groups = find_groups(source.shapes)
-        group = select(groups, prefix, name, owner, TorchFileError)
+        group = select(groups, prefix, name, owner, TorchFileError, holds=source.holds)
         if group.problems:
             raise TorchFileError(
                 f"{owner}: {name}: {source.where(group)} is not the state of one such module: "

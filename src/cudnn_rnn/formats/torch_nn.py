@@ -35,9 +35,11 @@ unidirectional layer, and one step of it is our layer over ``T = 1``::
 
 (and over ``T`` steps it is the cell stepped ``T`` times, ``y[t]`` the ``h`` after step ``t``).
 It takes a state_dict (at any prefix, ``prefix=`` picking one of several) and a file's path:
-torch.save files, TorchScript archives (read without running their code), and safetensors or
-``.npz`` files of torch names; :func:`cudnn_rnn.formats.torch_file.find_rnns` lists what a file
-holds.
+torch.save files (state_dicts, and what pickles more: Lightning checkpoints, ``torch.save(model)``,
+lists of state_dicts), plain pickles (``.pkl``, NumPy arrays too), TorchScript archives (all read
+without importing or running anything of theirs), and safetensors or ``.npz`` files of torch
+names; :func:`cudnn_rnn.formats.torch_file.find_rnns` lists what a file holds, each RNN named by
+its path (``state_dict.model.encoder.lstm``, ``[0].lstm``).
 
 >>> import torch
 >>> from cudnn_rnn import CudnnGRU
@@ -199,13 +201,15 @@ def from_torch(
       several);
     * a state_dict (nested dicts flattened with dots), whose RNN or cell sits at ``prefix``
       (``""`` for the top level; needed when it holds several);
-    * the path of a file holding one: a torch.save file, a TorchScript archive (read without
-      running its code), or a safetensors or ``.npz`` file of torch names
-      (:func:`cudnn_rnn.formats.torch_file.find_rnns` lists them).
+    * the path of a file holding one: a torch.save file (a Lightning checkpoint and a pickled
+      module too), a plain pickle, a TorchScript archive (none of them imports or runs anything
+      of the file's), or a safetensors or ``.npz`` file of torch names; ``prefix`` is the name
+      :func:`cudnn_rnn.formats.torch_file.find_rnns` lists.
 
     Both biases are kept as they are (``bias=False`` gives zero biases: the same math). A plain
-    RNN's tanh or relu comes from the module or what a file records (TorchScript); a state_dict
-    does not say it, so ``activation="tanh"``/``"relu"`` must; a contradiction is refused.
+    RNN's tanh or relu comes from the module or what a file records (TorchScript, a pickled
+    module); a state_dict does not say it, so ``activation="tanh"``/``"relu"`` must; a
+    contradiction is refused.
     Layers from a state_dict or file are in train mode with no dropout (neither is in a
     state_dict), on the tensors' device and dtype. For a ``batch_first=True`` module call the
     layer with ``time_major=False``. ``input_mode="skip_input"`` (or ``"auto_select"``) takes

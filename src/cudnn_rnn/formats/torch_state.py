@@ -372,17 +372,21 @@ def select(
     where: str,
     owner: str,
     error: type[ValueError] = ValueError,
+    *,
+    holds: str | None = None,
 ) -> StateGroup:
     """The group at ``prefix`` (the only one when None), or ``error`` (a ValueError) that lists
-    the groups there are; ``where`` names the source (``"the state_dict"``, a file)."""
+    the groups there are; ``where`` names the source (``"the state_dict"``, a file), ``holds``
+    what it holds instead, in words (a refusal of a source with no RNN says it)."""
     names = [quote(g.prefix) for g in groups]
     if prefix is None:
         if len(groups) == 1:
             return groups[0]
         if not groups:
+            instead = f"; it holds {holds}" if holds else ""
             raise error(
                 f"{owner}: {where} holds no torch.nn LSTM, GRU, RNN or RNN cell state (names "
-                "such as weight_ih_l0 or weight_ih, under any prefix)."
+                f"such as weight_ih_l0 or weight_ih, under any prefix){instead}."
             )
         raise error(
             f"{owner}: {where} holds {len(groups)} RNNs ({listed(names, 8)}); pick one with "
@@ -392,7 +396,8 @@ def select(
         raise TypeError(f"{owner}: prefix must be a str or None, got {type(prefix).__name__}.")
     chosen = [g for g in groups if g.prefix == prefix]
     if not chosen:
-        there = f"it holds {listed(names, 8)}" if groups else "it holds none"
+        there = f"it holds {listed(names, 8)}" if groups else f"it holds none ({holds})"
+        there = there if groups or holds else "it holds none"
         raise error(f"{owner}: {where} holds no RNN at prefix {quote(prefix)}; {there}.")
     return chosen[0]
 
