@@ -272,3 +272,30 @@ def test_the_listing_says_what_the_file_does_not(
     assert main(["inspect", str(FIXTURES / path)]) == 0
     out = capsys.readouterr().out
     assert "; note: " in out and says in out.split("; note: ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("file", "prefix"), [("lightning.ckpt", "state_dict."), ("lightning_module.pt", "")]
+)
+def test_lightning_files_load_by_name_as_lightning_computed(file: str, prefix: str) -> None:
+    """Files written by real Lightning (a Trainer checkpoint; torch.save of the module), read
+    without Lightning or the model's class: each RNN by the name find_rnns gives it."""
+    path = FIXTURES / "torch_pickled" / file
+    assert [f.name for f in cudnn_rnn.find_rnns(path)] == [f"{prefix}lstm", f"{prefix}gru"]
+    expected = np.load(FIXTURES / "torch_pickled" / "expected.npz")
+    lengths = expected["lengths"].tolist()
+    lstm = cudnn_rnn.load(path, f"{prefix}lstm")
+    gru = cudnn_rnn.load(path, f"{prefix}gru")
+    with torch.no_grad():
+        y, (h, c) = lstm(
+            torch.from_numpy(expected["lstm_x"]),
+            (torch.from_numpy(expected["lstm_h0"]), torch.from_numpy(expected["lstm_c0"])),
+            sequence_lengths=lengths,
+        )
+        g, (gh,) = gru(
+            torch.from_numpy(expected["gru_x"]),
+            (torch.from_numpy(expected["gru_h0"]),),
+            sequence_lengths=lengths,
+        )
+    for got, key in ((y, "lstm_y"), (h, "lstm_h"), (c, "lstm_c"), (g, "gru_y"), (gh, "gru_h")):
+        np.testing.assert_allclose(got.numpy(), expected[key], rtol=0, atol=1e-5, err_msg=key)

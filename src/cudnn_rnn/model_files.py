@@ -1,25 +1,37 @@
-"""One model from any file the ``cudnn-rnn`` command reads, and one written in the format a name
-asks for: the file handling behind :mod:`cudnn_rnn.cli`, which keeps argument handling only.
+"""One RNN from any file we read (``cudnn_rnn.find_rnns``, ``cudnn_rnn.load``, and the
+``cudnn-rnn`` command's file handling; :mod:`cudnn_rnn.cli` keeps argument handling only).
 
-The reader is chosen by the file's content (:func:`cudnn_rnn.files.sniff`), not by its name:
+The reader is chosen by the file's content (:func:`cudnn_rnn.files.sniff`, refined by
+:func:`cudnn_rnn.formats.registry.refine_kind`), not by its name, from the one table of formats
+(:data:`cudnn_rnn.formats.registry.FORMATS`):
 
-================================  ============================================================
-content                           reader
-================================  ============================================================
-safetensors                       ``safetensors``: our checkpoints (:mod:`cudnn_rnn.checkpoint`)
-TF1 checkpoint (``PREFIX.index``) ``tf``: :mod:`cudnn_rnn.checkpoint` (on ``formats.tf1``)
-ONNX protobuf                     ``onnx``: :mod:`cudnn_rnn.formats.onnx`
-torch.save (zip or legacy pickle) ``torch``: :mod:`cudnn_rnn.formats.torch_file`
-HDF5                              ``keras_h5``: :mod:`cudnn_rnn.formats.keras_h5`
-TorchScript, .npz, other zip      refused: :class:`UnsupportedFormat` names the kind
-unknown                           the reader of the name's extension (``.safetensors``,
-                                  ``.onnx``, ``.pt``/``.pth``, ``.h5``/``.hdf5``, a TF1 prefix),
-                                  so that a truncated or corrupt file is told what is wrong
-                                  with it; no such extension: :class:`UnsupportedFormat`
-================================  ============================================================
+=====================================  =======================================================
+content                                reader
+=====================================  =======================================================
+safetensors                            ``safetensors``: our checkpoints
+                                       (:mod:`cudnn_rnn.checkpoint`); a torch state_dict saved
+                                       as safetensors
+TF1 checkpoint (``PREFIX.index``)      ``tf``: CudnnLSTM-style canonical and opaque models
+                                       (:mod:`cudnn_rnn.checkpoint`), TF's standard cells
+                                       (:mod:`cudnn_rnn.formats.tf1.cells`)
+ONNX protobuf                          ``onnx``: :mod:`cudnn_rnn.formats.onnx`
+torch.save (zip or legacy), pickle,    ``torch``: state_dicts wherever they are (Lightning
+TorchScript, ``.npz``                  checkpoints, ``torch.save(model)``, lists; read without
+                                       running anything: :mod:`cudnn_rnn.formats.torch_pickle`)
+HDF5                                   ``keras_h5``: :mod:`cudnn_rnn.formats.keras_h5`
+zip of ``config.json`` and             ``keras3``: :mod:`cudnn_rnn.formats.keras3`
+``model.weights.h5``
+other zip                              refused: :class:`UnsupportedFormat` names the kind
+unknown                                the reader of the name's extension (the registry's), so
+                                       that a truncated or corrupt file is told what is wrong
+                                       with it; no such extension: :class:`UnsupportedFormat`
+=====================================  =======================================================
 
-Nothing is built from a file before its tensors were checked against the model it describes
-(names, shapes, dtypes, and their bytes inside the file).
+Each format has one finder and one loader here (:data:`_FINDERS`, :data:`_LOADERS`); a reader
+that returns data (:class:`cudnn_rnn.formats.found.ReadRNN`) is built into our layer in one
+place, :func:`_built`. One operation (:func:`cudnn_rnn._once.one_operation`) sniffs a file and
+parses its header or index once. Nothing is built from a file before its tensors were checked
+against the model it describes (names, shapes, dtypes, and their bytes inside the file).
 """
 
 from __future__ import annotations
