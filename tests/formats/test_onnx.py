@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from cudnn_rnn.formats.onnx import from_onnx, to_onnx
+from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.formats.onnx import find_rnns, from_onnx, read, to_onnx
 from cudnn_rnn.formats.torch_nn import from_torch
 from tests.formats.test_torch_nn import DIRECTIONS, MODES, TORCH_CLASSES, inputs_for, random_layer
+from tests.support.paths import ROOT
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -335,6 +338,60 @@ def test_from_onnx_of_dynamo_export(tmp_path: Path) -> None:
     torch.onnx.export(torch_module("rnn_tanh", 1, False).eval(), (x,), str(path), dynamo=True)
     with pytest.raises(ValueError, match=r"not an RNN model: .*export it with dynamo=False"):
         from_onnx(path)
+
+
+# -- read: one RNN as data -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_read_returns_the_layers_canonical_data(mode: str, tmp_path: Path) -> None:
+    layer = random_layer(mode, 2, "bidirectional", dtype=torch.float64)
+    path = tmp_path / "m.onnx"
+    to_onnx(layer, path)
+    weights, biases = layout_of(layer.spec).unpack(layer.opaque_kernel.detach())
+    whole = read(path)  # the model is one stack: read whole
+    (found,) = find_rnns(path)
+    assert (whole.spec, whole.found, whole.notes) == (layer.spec, found, ())
+    named = read(path, found.name)
+    for data in (whole, named):
+        assert [torch.equal(a, b) for a, b in zip(data.weights, weights)] == [True] * len(weights)
+        assert [torch.equal(a, b) for a, b in zip(data.biases, biases)] == [True] * len(biases)
+        for t in (*data.weights, *data.biases):  # copies of their own, not views of the file
+            assert t.dtype == torch.float64 and t.device.type == "cpu" and t.is_contiguous()
+            t.add_(0.0)
+    second = read(path, found.details["nodes"][1])  # one layer of the stack, alone
+    assert (second.spec.num_layers, second.spec.input_size) == (1, 8)
+    assert second.found.name == found.details["nodes"][1] and second.found.num_layers == 1
+    assert torch.equal(second.weights[0], weights[len(weights) // 2])
+
+
+def test_read_keeps_the_recorded_input_mode(tmp_path: Path) -> None:
+    layer = random_layer("gru", 1, "unidirectional", input_mode="skip_input", input_size=4)
+    to_onnx(layer, tmp_path / "skip.onnx")
+    assert read(tmp_path / "skip.onnx").spec.input_mode == "skip_input"
+    assert read(tmp_path / "skip.onnx", input_mode="linear_input").spec.input_mode == (
+        "linear_input"
+    )
+    with pytest.raises(TypeError, match=r"onnx.read: name must be a str, a name find_rnns lists"):
+        read(tmp_path / "skip.onnx", 3)  # type: ignore[arg-type]
+
+
+def test_the_readers_import_no_layers(tmp_path: Path) -> None:
+    """Reading builds no layer: listing and reading a file import neither the layers nor the
+    builder (from_onnx does, when it builds)."""
+    to_onnx(random_layer("lstm", 2, "unidirectional"), tmp_path / "m.onnx")
+    script = f"""
+import sys
+from cudnn_rnn.formats import onnx
+onnx.find_rnns({str(tmp_path / "m.onnx")!r})
+onnx.read({str(tmp_path / "m.onnx")!r})
+print(sorted(m for m in sys.modules if m in ("cudnn_rnn.layers", "cudnn_rnn.formats.canonical")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -643,12 +643,12 @@ def doubling_calls(levels: int) -> Any:
 
 def test_function_calls_are_walked_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk counts each call's nodes, and stops at a bound (monkeypatched small here)."""
-    import cudnn_rnn.formats.onnx as onnx_format
+    import cudnn_rnn.formats.onnx_find as onnx_find
 
     model = doubling_calls(11)
     found = find_rnns(model)
     assert len(found) == 2**11 and found[0].name == "top/" + "first/" * 11 + "rnn"
-    monkeypatch.setattr(onnx_format, "_MAX_WALK", 1000)
+    monkeypatch.setattr(onnx_find, "MAX_WALK", 1000)
     with pytest.raises(
         OnnxFormatError,
         match=r"find_rnns: the model's graphs, subgraphs and function calls hold more than 1000 "

@@ -15,7 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn.formats.onnx import OnnxFormatError, from_onnx, load_model, to_onnx
+from cudnn_rnn.formats import onnx_file
+from cudnn_rnn.formats.onnx import (
+    OnnxFormatError,
+    find_rnns,
+    from_onnx,
+    load_model,
+    tensor_shapes,
+    to_onnx,
+)
 from tests.formats.test_onnx import our_model, rnn_nodes
 from tests.formats.test_torch_nn import random_layer
 from tests.support.capped import run_capped
@@ -371,6 +379,19 @@ def set_external(model: Any, name: str, **entries: Any) -> None:
             lambda m, d: set_external(m, "R_0", **external_entries(m, "W_0")),
             r"tensors '[RW]_0' and '[RW]_0' claim overlapping bytes of 'w.bin'",
         ),
+        (
+            lambda m, d: set_external(m, "R_0", length=8),
+            r"tensor 'R_0' keeps its data in 'w.bin': 8 bytes, but its shape \[1, 12, 4\] needs "
+            r"192\.",
+        ),
+        (
+            lambda m, d: (
+                os.symlink("w.bin", d / "link.bin"),
+                set_external(m, "R_0", location="link.bin"),
+            ),
+            r"tensor 'R_0' keeps its data in 'link\.bin', which is a symbolic link; external "
+            r"data is read from regular files only\.",
+        ),
     ],
 )
 def test_hostile_external_data(
@@ -387,6 +408,65 @@ def test_hostile_external_data(
     finally:
         timer.cancel()
     assert not timer.unblocked, "the FIFO was opened"
+
+
+def test_external_data_is_read_when_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the tensors kept in external files, a read reads those it evaluates (the RNN's
+    weights), the shapes come from the headers, and a load reads them all."""
+    model = our_model(tmp_path, "gru")
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(64, np.float32), "E"))
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, size_threshold=0)
+    read: list[str] = []
+    reader = onnx_file._external_bytes
+
+    def recording(onnx: Any, tensor: Any, *args: Any) -> bytes:
+        read.append(tensor.name)
+        return reader(onnx, tensor, *args)
+
+    monkeypatch.setattr(onnx_file, "_external_bytes", recording)
+    shapes = tensor_shapes(path)
+    assert read == [] and shapes["W_0"] == ((1, 12, 3), "float32")
+    find_rnns(path)
+    assert sorted(read) == ["B_0", "R_0", "W_0"]
+    read.clear()
+    load_model(path)
+    assert sorted(read) == ["B_0", "E", "R_0", "W_0"]
+
+
+def test_a_stack_with_every_tensor_external_is_read_whole(tmp_path: Path) -> None:
+    """Shape inference needs the values of the shapes and starts between the layers: those
+    small tensors are read in from their external file for it, the weights are not."""
+    layer = random_layer("lstm", 2, "bidirectional", dtype=torch.float32)
+    to_onnx(layer, tmp_path / "m.onnx", sequence_lens=True, initial_state=True)
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    for t in model.graph.initializer:  # raw data, which save_as_external_data moves out
+        t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t), t.name))
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, size_threshold=0)
+    stored = onnx.load(str(path), load_external_data=False).graph.initializer
+    assert {t.name for t in stored if t.data_location == t.EXTERNAL} >= {"shape_T_B_minus1"}
+    assert torch.equal(from_onnx(path).opaque_kernel, layer.opaque_kernel)
+
+
+def test_a_file_changed_while_it_is_read_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnx's checker reads the file by its path before it is read here: a file replaced in
+    between is refused, not read unchecked."""
+    path = tmp_path / "m.onnx"
+    onnx.save_model(our_model(tmp_path, "gru"), str(path))
+    checker = onnx.checker.check_model
+
+    def replace_after_check(model: Any, *args: Any, **kwargs: Any) -> None:
+        checker(model, *args, **kwargs)
+        other = tmp_path / "other.onnx"
+        onnx.save_model(our_model(tmp_path, "lstm"), str(other))
+        os.replace(other, path)
+
+    monkeypatch.setattr(onnx.checker, "check_model", replace_after_check)
+    with pytest.raises(OnnxFormatError, match=r"m\.onnx' changed while it was read"):
+        find_rnns(path)
 
 
 def test_a_loaded_model_with_external_data_is_refused(tmp_path: Path) -> None:

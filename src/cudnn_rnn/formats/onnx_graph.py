@@ -52,6 +52,7 @@ from cudnn_rnn.export import GATE_ORDER, ONNX_OPS, OnnxOp, node_attributes, onnx
 __all__ = [
     "DEFAULT_OPSET",
     "GATE_ORDER",
+    "META_INPUT_MODE",
     "MIN_OPSET",
     "ONNX_OPS",
     "OnnxOp",
@@ -62,6 +63,9 @@ __all__ = [
 DEFAULT_OPSET = 17
 #: Slice/Squeeze/Unsqueeze take their axes as inputs from opset 13 on.
 MIN_OPSET = 13
+#: The metadata key of a written layer's input mode (skip_input is written as the identity W,
+#: which any input mode computes; the key tells a reader which mode the layer had).
+META_INPUT_MODE = "cudnn_rnn.input_mode"
 
 
 def import_onnx() -> Any:

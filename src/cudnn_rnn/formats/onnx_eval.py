@@ -1,0 +1,494 @@
+"""The values and the data flow of an ONNX model's graphs, seen from any of its scopes.
+
+A :class:`Scope` is the names one graph sees (the main graph, a subgraph with the graphs around
+it, a model-local function's body at one call); :meth:`Scope.locate` says what defines a name,
+:meth:`Scope.data_sources` where a tensor's data comes from through ops that only lay it out.
+The :class:`Evaluator` computes the values of constants (initializers, ``Constant`` nodes and
+plumbing of them) with bounds checked before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cudnn_rnn import files
+from cudnn_rnn.formats.onnx_file import STANDARD_DOMAINS, Loaded, OnnxFormatError, array_of
+
+__all__ = [
+    "LAYOUT_OPS",
+    "PLUMBING",
+    "STATE_OPS",
+    "Evaluator",
+    "Ref",
+    "Scope",
+    "attributes",
+    "product",
+]
+
+#: Ops that only move data; a model from_onnx reads has RNN nodes and these, nothing else.
+PLUMBING = frozenset(
+    (
+        "Cast",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Expand",
+        "Flatten",
+        "Gather",
+        "Identity",
+        "Reshape",
+        "Shape",
+        "Slice",
+        "Split",
+        "Squeeze",
+        "Transpose",
+        "Unsqueeze",
+    )
+)
+
+#: Ops that lay data out differently without changing it, by the index of their data inputs
+#: (None: all of them); their other inputs (a shape, axes) only say how. Only these may stand
+#: between the graph inputs, the RNN nodes and the graph outputs.
+LAYOUT_OPS: dict[str, tuple[int, ...] | None] = {
+    "Concat": None,
+    "Flatten": (0,),
+    "Identity": (0,),
+    "Reshape": (0,),
+    "Squeeze": (0,),
+    "Transpose": (0,),
+    "Unsqueeze": (0,),
+}
+#: What carries an RNN node's initial state or sequence lengths to it without changing a value:
+#: the layout ops, and picking or repeating values (data input 0 only).
+STATE_OPS: dict[str, tuple[int, ...] | None] = {
+    **LAYOUT_OPS,
+    "Cast": (0,),
+    "Expand": (0,),
+    "Gather": (0,),
+    "Slice": (0,),
+}
+
+
+#: A tensor: the scope that defines it, and its name there.
+Ref = tuple["Scope", str]
+
+
+class _Unevaluable(OnnxFormatError):
+    """A constant that cannot be evaluated (``what`` says why, without the owner)."""
+
+    def __init__(self, owner: str, what: str) -> None:
+        self.what = what
+        super().__init__(f"{owner}: {what}.")
+
+
+class Scope:
+    """The names one graph sees: the main graph; a subgraph (``If``/``Loop``/``Scan``), which
+    also sees the names of the graphs around it; or the body of a model-local function at one
+    call, whose inputs are the caller's tensors (``binding``) and whose attribute references
+    are the call's attributes. Values come from the model's one :class:`Evaluator`."""
+
+    def __init__(
+        self,
+        ev: Evaluator,
+        nodes: Any,
+        *,
+        inits: Any = (),
+        inputs: Any = (),
+        declared: Any = (),
+        parent: Scope | None = None,
+        binding: dict[str, str] | None = None,
+        attrs: dict[str, Any] | None = None,
+        trail: tuple[str, ...] = (),
+    ) -> None:
+        self.ev = ev
+        self.nodes = list(nodes)
+        self.inits = {t.name: t for t in inits}
+        self.producer = {out: n for n in self.nodes for out in n.output if out}
+        # A graph input with an initializer of the same name is a default: a constant as well.
+        self.runtime = {i.name for i in inputs} - set(self.inits)
+        self.declared = {v.name: v for v in declared}
+        self.parent, self.binding, self.attrs, self.trail = parent, binding, attrs, trail
+        self._positions: dict[int, int] | None = None
+
+    @classmethod
+    def main(cls, ev: Evaluator, model: Any) -> Scope:
+        g = model.graph
+        return cls(
+            ev,
+            g.node,
+            inits=g.initializer,
+            inputs=g.input,
+            declared=[*g.input, *g.value_info, *g.output],
+        )
+
+    def subgraph(self, graph: Any, trail: str) -> Scope:
+        return Scope(
+            self.ev,
+            graph.node,
+            inits=graph.initializer,
+            inputs=graph.input,
+            declared=[*graph.input, *graph.value_info, *graph.output],
+            parent=self,
+            attrs=self.attrs,
+            trail=(*self.trail, trail),
+        )
+
+    def call(self, fn: Any, node: Any, trail: str) -> Scope:
+        """The body of model-local function ``fn`` called by ``node`` (attributes resolved)."""
+        inputs = list(node.input)
+        binding = {name: inputs[k] if k < len(inputs) else "" for k, name in enumerate(fn.input)}
+        attrs = {a.name: a for a in fn.attribute_proto}  # defaults, then the call's
+        attrs.update({a.name: a for a in node.attribute})
+        return Scope(
+            self.ev,
+            fn.node,
+            declared=getattr(fn, "value_info", ()),  # onnx 1.16 and later
+            parent=self,
+            binding=binding,
+            attrs=attrs,
+            trail=(*self.trail, trail),
+        )
+
+    @property
+    def where(self) -> str:
+        return "in " + " > ".join(self.trail) if self.trail else "of the main graph"
+
+    def positions(self) -> dict[int, int]:
+        if self._positions is None:
+            self._positions = {id(n): i for i, n in enumerate(self.nodes)}
+        return self._positions
+
+    def locate(self, name: str) -> tuple[Scope, str, str]:
+        """The scope that defines ``name`` as it is seen from here, the name there, and how
+        it is defined: ``init`` (an initializer), ``node`` (a node's output), ``input`` (a
+        run-time input of the graph) or ``missing`` (nothing defines it; an optional input
+        a function call leaves out)."""
+        scope = self
+        while True:
+            if name in scope.inits:
+                return scope, name, "init"
+            if name in scope.producer:
+                return scope, name, "node"
+            if scope.binding is not None:  # a function body sees its inputs only
+                bound = scope.binding.get(name, "")
+                if not bound or scope.parent is None:
+                    return scope, name, "missing"
+                scope, name = scope.parent, bound
+                continue
+            if name in scope.runtime:
+                return scope, name, "input"
+            if scope.parent is None:
+                return scope, name, "missing"
+            scope = scope.parent
+
+    def resolved(self, node: Any) -> Any:
+        """``node`` with its references to the function's attributes replaced by their values
+        at this call (a reference to an attribute the call does not give is left out)."""
+        if not any(a.ref_attr_name for a in node.attribute):
+            return node
+        copy = type(node)()
+        copy.CopyFrom(node)
+        del copy.attribute[:]
+        for a in node.attribute:
+            if not a.ref_attr_name:
+                copy.attribute.append(a)
+                continue
+            given = (self.attrs or {}).get(a.ref_attr_name)
+            if given is not None:
+                value = copy.attribute.add()
+                value.CopyFrom(given)
+                value.name = a.name
+        return copy
+
+    def declared_shape(self, name: str) -> tuple[int, ...] | None:
+        """The static shape the graph declares for ``name`` (None: none, or symbolic)."""
+        info = self.declared.get(name)
+        if info is None or not info.type.HasField("tensor_type"):
+            return None
+        shape = info.type.tensor_type.shape
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim]
+        if not shape.dim or any(v < 1 for v in dims):
+            return None
+        return tuple(dims)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of ``name``, or None when it depends on a run-time input."""
+        return self.ev.constant(self, name)
+
+    def is_runtime_input(self, ref: Ref) -> bool:
+        return ref[0].locate(ref[1])[2] == "input"
+
+    def data_sources(
+        self,
+        name: str,
+        ops: Mapping[str, tuple[int, ...] | None] = LAYOUT_OPS,
+        chain: list[tuple[Scope, Any]] | None = None,
+    ) -> list[Ref]:
+        """The tensors whose data ``name`` is, through standard ``ops`` (their data inputs
+        only; layout ops by default), in order; a tensor reached twice is listed twice (and
+        not followed again). ``chain`` receives the nodes followed."""
+        leaves: list[Ref] = []
+        seen: set[tuple[int, str]] = set()
+        stack: list[Ref] = [(self, name)]
+        while stack:
+            scope, current = stack.pop()
+            scope, current, kind = scope.locate(current)
+            key = (id(scope), current)
+            if key in seen or kind != "node":
+                leaves.append((scope, current))
+                continue
+            seen.add(key)
+            node = scope.producer[current]
+            data = ops.get(node.op_type, ()) if self.ev.is_standard(node) else ()
+            if data == ():
+                leaves.append((scope, current))
+                continue
+            if chain is not None:
+                chain.append((scope, node))
+            inputs = list(node.input)
+            picked = inputs if data is None else [inputs[i] for i in data if i < len(inputs)]
+            stack.extend((scope, p) for p in reversed(picked))
+        return leaves
+
+    def is_zero(self, ref: Ref) -> bool:
+        """Whether ``ref`` is a constant of zeros: ``ConstantOfShape`` of value 0 (its shape is
+        not evaluated), or a constant whose every value is 0."""
+        scope, name, kind = ref[0].locate(ref[1])
+        if kind == "node":
+            node = scope.producer[name]
+            if node.op_type == "ConstantOfShape" and self.ev.is_standard(node):
+                value = attributes(self.ev.onnx, scope.resolved(node)).get("value")
+                if value is None:
+                    return True
+                return not np.asarray(self.ev.onnx.numpy_helper.to_array(value)).any()
+        found = self.ev.constant(scope, name)
+        return found is not None and not np.asarray(found).any()
+
+    def describe(self, refs: list[Ref]) -> str:
+        """Where each of ``refs`` comes from, in words."""
+        parts = []
+        for ref in refs[:4]:
+            scope, name, kind = ref[0].locate(ref[1])
+            if kind == "init":
+                parts.append(f"the initializer {name!r}")
+            elif kind == "input":
+                graph = "graph" if scope.parent is None else "subgraph"
+                parts.append(f"the {graph} input {name!r}")
+            elif kind == "missing":
+                parts.append(f"{name!r}, which nothing computes")
+            else:
+                node = scope.producer[name]
+                index = list(node.output).index(name)
+                parts.append(
+                    f"output {index} ({name!r}) of {files.escape(node.op_type)} node {node.name!r}"
+                )
+        more = f" and {len(refs) - 4} more" if len(refs) > 4 else ""
+        return (", ".join(parts) or "nothing") + more
+
+
+class Evaluator:
+    """The values of a model's constants, in any of its scopes.
+
+    Weights computed from constants are evaluated one plumbing node at a time, and before a node
+    runs the elements of its outputs are bounded from its inputs' values and shapes (an exact
+    integer product, e.g. the shape a ``ConstantOfShape`` or ``Expand`` asks for). Plumbing only
+    moves data the model holds, so no output may have more elements than twice the model's
+    bytes (its external data included; every value stored takes at least half a byte), and all
+    the values evaluated for one model together no more than eight times; a node that would
+    exceed this is refused before it allocates anything.
+    """
+
+    def __init__(self, onnx: Any, loaded: Loaded, owner: str) -> None:
+        self.onnx = onnx
+        self.loaded = loaded
+        self.model = model = loaded.model
+        self.owner = owner
+        self.local = {(f.domain, f.name) for f in model.functions}
+        size = max(loaded.data_bytes, 1)
+        self._limit, self._budget = 2 * size, 8 * size
+        self._values: dict[tuple[int, str], np.ndarray] = {}
+
+    def is_standard(self, node: Any) -> bool:
+        """Whether ``node`` is a standard ONNX operator (not another domain's, not a call)."""
+        return node.domain in STANDARD_DOMAINS and (node.domain, node.op_type) not in self.local
+
+    def depends_on_runtime(self, ref: Ref) -> bool:
+        """Whether ``ref`` is computed from a run-time input (or from a name nothing defines)."""
+        return self._plan(*ref) is None
+
+    def constant(self, scope: Scope, name: str) -> np.ndarray | None:
+        """The value of ``name`` seen from ``scope``, or None when it depends on a run-time
+        input."""
+        plan = self._plan(scope, name)
+        if plan is None:
+            return None
+        for where, node in plan:
+            if any(o and (id(where), o) not in self._values for o in node.output):
+                self._run(where, node)
+        return self._value(scope, name)
+
+    def _plan(self, scope: Scope, name: str) -> list[tuple[Scope, Any]] | None:
+        """The nodes that compute ``name``, each after those it needs (a depth-first walk with
+        its own stack: a chain of any length), or None when a run-time input is among the
+        tensors it is computed from."""
+        scope, name, kind = scope.locate(name)
+        if kind != "node":
+            return [] if kind == "init" else None
+        order: list[tuple[Scope, Any]] = []
+        state: dict[tuple[int, int], int] = {}  # 1: its inputs are being planned; 2: planned
+        stack: list[tuple[Scope, Any, bool]] = [(scope, scope.producer[name], False)]
+        while stack:
+            where, node, inputs_done = stack.pop()
+            key = (id(where), id(node))
+            if inputs_done:
+                state[key] = 2
+                order.append((where, node))
+                continue
+            if state.get(key) == 2:
+                continue
+            if state.get(key) == 1:  # reached again from its own inputs
+                raise _Unevaluable(
+                    self.owner,
+                    f"{files.escape(node.op_type)} node {node.name!r} is computed from itself",
+                )
+            if all(not o or (id(where), o) in self._values for o in node.output):
+                state[key] = 2
+                continue
+            state[key] = 1
+            stack.append((where, node, True))
+            for i in node.input:
+                if not i:
+                    continue
+                at, defined, how = where.locate(i)
+                if how in ("input", "missing"):
+                    return None
+                if how == "node" and (id(at), defined) not in self._values:
+                    stack.append((at, at.producer[defined], False))
+        return order
+
+    def _value(self, scope: Scope, name: str) -> np.ndarray:
+        scope, name, kind = scope.locate(name)
+        key = (id(scope), name)
+        if key not in self._values:
+            if kind != "init":
+                raise _Unevaluable(self.owner, f"tensor {name!r} is used before it is computed")
+            try:
+                value = array_of(self.onnx, scope.inits[name], self.loaded)
+            except Exception as err:  # data that does not match its dims or dtype
+                raise _Unevaluable(
+                    self.owner, f"initializer {name!r} cannot be read: {files.escape(str(err))}"
+                ) from err
+            self._values[key] = value
+        return self._values[key]
+
+    def _run(self, scope: Scope, node: Any) -> None:
+        label = f"{files.escape(node.op_type)} node {node.name!r}"
+        node = scope.resolved(node)
+        if node.op_type not in PLUMBING or not self.is_standard(node):
+            raise _Unevaluable(
+                self.owner,
+                f"it is computed by {label}; only standard ops that move data "
+                f"({sorted(PLUMBING)}) are evaluated",
+            )
+        args = [self._value(scope, i) if i else None for i in node.input]
+        try:
+            elements = self._elements(node, args)
+        except (ValueError, TypeError, IndexError) as err:
+            raise _Unevaluable(
+                self.owner, f"{label} has unusable inputs: {files.escape(str(err))}"
+            ) from err
+        if elements > self._limit or elements > self._budget:
+            raise _Unevaluable(
+                self.owner,
+                f"{label} would make {elements} elements, more than the model's data could "
+                f"hold ({min(self._limit, self._budget)}); refused before allocating them",
+            )
+        helper = self.onnx.helper
+        feeds = {i: a for i, a in zip(node.input, args) if a is not None}
+        try:  # names that are not UTF-8 (a protobuf hands them over as bytes) fail here
+            sub = helper.make_model(
+                helper.make_graph(
+                    [node],
+                    "plumbing",
+                    [helper.make_empty_tensor_value_info(i) for i in feeds],
+                    [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+                ),
+                opset_imports=list(self.model.opset_import),
+            )
+            evaluator = importlib.import_module("onnx.reference").ReferenceEvaluator(sub)
+            outputs = [np.asarray(v) for v in evaluator.run(None, feeds)]
+        except Exception as err:  # the reference implementation refusing its inputs
+            raise _Unevaluable(
+                self.owner, f"{label} cannot be evaluated: {files.escape(str(err))}"
+            ) from err
+        made = sum(v.size for v in outputs)
+        if made > elements:  # the bound above is wrong for this op: a bug, not the file's fault
+            raise RuntimeError(f"{self.owner}: {label} made {made} > {elements} elements.")
+        self._budget -= made
+        for out, value in zip([o for o in node.output if o], outputs):
+            self._values[(id(scope), out)] = value
+
+    @staticmethod
+    def _elements(node: Any, args: list[np.ndarray | None]) -> int:
+        """An upper bound on the elements of ``node``'s outputs, from its inputs alone."""
+        op = node.op_type
+        attrs = {a.name: a for a in node.attribute}
+        if op == "Constant":
+            if len(attrs) != 1:
+                raise ValueError(f"{len(attrs)} attributes (a Constant has one)")
+            (a,) = attrs.values()
+            if a.name in ("value", "sparse_value"):
+                dims = a.t.dims if a.name == "value" else a.sparse_tensor.dims
+                if any(v < 0 for v in dims):
+                    raise ValueError(f"negative dimensions {list(dims)}")
+                return product(dims)
+            return max(len(a.floats), len(a.ints), len(a.strings), 1)
+        data = args[0] if args else None
+        if data is None:
+            raise ValueError("no data input")
+        if op in ("ConstantOfShape", "Expand"):
+            shape = args[0] if op == "ConstantOfShape" else args[1]
+            if shape is None or shape.ndim != 1 or shape.dtype.kind not in "iu":
+                raise ValueError("the shape is not a 1-D integer tensor")
+            wanted = [int(v) for v in shape]
+            if any(v < 0 for v in wanted):
+                raise ValueError(f"negative dimensions {wanted}")
+            if op == "ConstantOfShape":
+                return product(wanted)
+            n = max(len(wanted), data.ndim)
+            ours = [1] * (n - data.ndim) + list(data.shape)
+            wanted = [1] * (n - len(wanted)) + wanted
+            return product(max(a, b) for a, b in zip(ours, wanted))
+        if op == "Concat":
+            return sum(a.size for a in args if a is not None)
+        if op == "Gather":
+            indices = args[1] if len(args) > 1 else None
+            axis = attrs["axis"].i if "axis" in attrs else 0
+            if indices is None or not -data.ndim <= axis < data.ndim:
+                raise ValueError(f"axis {axis} of data of shape {data.shape}")
+            return product([*data.shape[:axis], indices.size, *data.shape[axis:][1:]])
+        if op == "Shape":
+            return data.ndim
+        # Cast, Flatten, Identity, Reshape, Slice, Split, Squeeze, Transpose, Unsqueeze: at most
+        # the elements they are given.
+        return int(data.size)
+
+
+def product(values: Any) -> int:
+    """The product of dimensions, as an exact Python int (never a NumPy overflow)."""
+    total = 1
+    for v in values:
+        total *= int(v)
+    return total
+
+
+def attributes(onnx: Any, node: Any) -> dict[str, Any]:
+    def text(v: Any) -> Any:
+        return v.decode(errors="replace") if isinstance(v, bytes) else v
+
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: [text(x) for x in v] if isinstance(v, list) else text(v) for k, v in values.items()}
