@@ -393,7 +393,7 @@ def _load_onnx(ask: _Request) -> _CudnnRNN:
         # The one RNN the file holds, wherever it is in the graph (a graph that is more than
         # RNN nodes is read by the node's name).
         model = _only_one(ask.path, onnx_format.find_rnns(ask.path), ask.spelling)
-    return onnx_format.from_onnx(ask.path, node=model)
+    return _built(onnx_format.read(ask.path, model), ask.note, ask.path)
 
 
 def _load_torch(ask: _Request) -> _CudnnRNN:
