@@ -392,3 +392,25 @@ def test_a_bare_layer_exports_with_the_torchscript_exporter(tmp_path: Path) -> N
     export_onnx(layer.eval(), (x,), tmp_path / "bare.onnx", dynamo=False)
     y, (h,) = layer(x)
     assert_ort_matches(run_ort(tmp_path / "bare.onnx", (x,)), (y, h))
+
+
+@pytest.mark.parametrize("dynamo", (True, False), ids=EXPORTERS.get)
+def test_an_exported_model_reads_back_with_the_one_loader(dynamo: bool, tmp_path: Path) -> None:
+    """What torch.onnx.export wrote of our layer reads back as the same RNN (the dynamo
+    exporter reorders the gates with GatherND, which the reader evaluates)."""
+    import cudnn_rnn
+
+    torch.manual_seed(3)
+    model = Tagger().eval()
+    with torch.no_grad():
+        model.rnn = CudnnLSTM(1, 32, direction="bidirectional", input_size=4, seed=2)
+        model.rnn.opaque_kernel.uniform_(-0.5, 0.5)
+        model.out = nn.Linear(64, 3)
+    inputs = tagger_inputs(3, 6, seed=0)
+    export_onnx(model, inputs, tmp_path / "t.onnx", dynamo)
+    (found,) = cudnn_rnn.find_rnns(tmp_path / "t.onnx")
+    assert found.computable, found.reasons
+    back = cudnn_rnn.load(tmp_path / "t.onnx")
+    x = torch.randn(6, 3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(back(x)[0], model.rnn(x)[0], rtol=0, atol=1e-6)

@@ -39,6 +39,7 @@ PLUMBING = frozenset(
         "Expand",
         "Flatten",
         "Gather",
+        "GatherND",
         "Identity",
         "Reshape",
         "Shape",
@@ -471,6 +472,17 @@ class Evaluator:
             if indices is None or not -data.ndim <= axis < data.ndim:
                 raise ValueError(f"axis {axis} of data of shape {data.shape}")
             return product([*data.shape[:axis], indices.size, *data.shape[axis:][1:]])
+        if op == "GatherND":  # (the dynamo exporter's gate reordering of a weight block)
+            indices = args[1] if len(args) > 1 else None
+            batch = attrs["batch_dims"].i if "batch_dims" in attrs else 0
+            if indices is None or indices.ndim < 1 or indices.dtype.kind not in "iu":
+                raise ValueError("the indices are not an integer tensor")
+            depth = int(indices.shape[-1])
+            if not 0 <= batch < min(data.ndim, indices.ndim) + (batch == 0):
+                raise ValueError(f"batch_dims {batch} for data of shape {data.shape}")
+            if not 1 <= depth <= data.ndim - batch:
+                raise ValueError(f"index depth {depth} for data of shape {data.shape}")
+            return product(indices.shape[:-1]) * product(data.shape[batch + depth :])
         if op == "Shape":
             return data.ndim
         # Cast, Flatten, Identity, Reshape, Slice, Split, Squeeze, Transpose, Unsqueeze: at most
