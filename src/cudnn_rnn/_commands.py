@@ -61,7 +61,7 @@ def _inspect_json(
     document = {
         "path": path,
         "format": model_files.reader_of(path),
-        "kind": files.sniff(path),
+        "kind": model_files.kind_of(path),
         "tensors": [
             {"name": name, "shape": list(shape), "dtype": dtype}
             for name, (shape, dtype) in sorted(shapes.items())
@@ -124,7 +124,7 @@ def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) ->
     """What to tell a user whose file holds no RNN we read: where its RNN may still be."""
     from cudnn_rnn.formats.torch_state import find_groups
 
-    kind = files.sniff(path)
+    kind = model_files.kind_of(path)
     groups = [g for g in find_groups(shapes) if g.torch_class and not g.problems]
     if kind == files.ONNX and groups:
         names = ", ".join(g.describe() for g in groups[:3])

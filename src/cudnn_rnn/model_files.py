@@ -71,6 +71,7 @@ __all__ = [
     "UsageError",
     "contents",
     "find_rnns",
+    "kind_of",
     "load",
     "load_layer",
     "reader_of",
@@ -109,8 +110,9 @@ _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
 }
 
 
-def _sniff(path: str) -> str:
-    """The kind of ``path`` by its content (a family refined: a Keras 3 zip), once."""
+def kind_of(path: str) -> str:
+    """The kind of ``path`` by its content (a family refined: a Keras 3 zip), sniffed once per
+    operation."""
     return once(  # type: ignore[no-any-return]
         "sniff", path, lambda: registry.refine_kind(files.sniff(path), path)
     )
@@ -127,7 +129,7 @@ def _described(path: str) -> list[dict[str, Any]]:
 def reader_of(path: str) -> str:
     """The reader of ``path`` (a key of :data:`READERS`'s values), chosen by its content; see
     the module for the rules. Raises :class:`UnsupportedFormat` for a file no reader takes."""
-    kind = _sniff(path)
+    kind = kind_of(path)
     if kind == files.TF1 and not checkpoint.is_tf_checkpoint(path):
         raise UnsupportedFormat(
             f"{path}: the index of a TF1 checkpoint, but not named PREFIX.index; give it its "
@@ -249,7 +251,7 @@ def _find_checkpoint(
 ) -> list[FoundRNN]:
     """Our checkpoints and TF1's: the models our metadata or TF's names describe, and TF's
     standard cells."""
-    kind = _sniff(path)
+    kind = kind_of(path)
     claims = _claims(path)
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
@@ -408,7 +410,7 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
     models = _models(path, reader, claims)
     if reader == "safetensors" and not models:  # a torch state_dict saved as safetensors
         return _torch_layer(path, model, activation, spelling)
-    kind = _sniff(path)
+    kind = kind_of(path)
     cells = _standard_cells(reader, claims, kind)
     if cells:
         found = [_found_model(i, m, kind) for i, m in enumerate(models)] + cells
