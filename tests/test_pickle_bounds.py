@@ -6,18 +6,21 @@ entry point, before anything is unpickled; the pickles real producers write stil
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
+import itertools
 import pickle
 import pickletools
 import struct
 import tracemalloc
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+import cudnn_rnn
 from cudnn_rnn import convert, files, pickles
 from cudnn_rnn.formats import torch_file
 from cudnn_rnn.formats.torch_file import TorchFileError
@@ -242,3 +245,416 @@ def test_pickle_errors_survive_pickling() -> None:
     err = pickles.PickleError("x", "why", 3, "OBJ", True)
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is type(err) and str(back) == str(err) and vars(back) == vars(err)
+
+
+# -- the depth of what a pickle builds -------------------------------------------------------------
+
+
+def _deep(opener: bytes, levels: int) -> bytes:
+    """A pickle whose object is ``levels`` ``opener`` levels around None (TUPLE1: no MARK)."""
+    return b"\x80\x02N" + opener * levels + b"."
+
+
+def test_containers_are_bounded_at_every_depth_not_only_marks() -> None:
+    """TUPLE1 needs no MARK: a key of a million of them passed the old checker, and CPython
+    then overflowed its C stack hashing it (tuple hashing has no recursion guard)."""
+    assert pickles.MAX_PICKLE_NESTING == pickles.MAX_PICKLE_DEPTH == 1000  # the former name too
+    assert pickles.check(_deep(b"\x85", 1000)) == 1004
+    for opener, name in ((b"\x85", "TUPLE1"), (b"N\x86", "TUPLE2"), (b"NN\x87", "TUPLE3")):
+        data = _deep(opener, 1001)
+        at = 3 + 1000 * len(opener) + len(opener) - 1
+        with pytest.raises(
+            pickles.PickleError,
+            match=rf"^the pickle at byte {at}: nests containers more than 1000 deep \(a {name}\); "
+            r"an unpickled object that deep exhausts whatever walks it\.$",
+        ):
+            pickles.check(data)
+
+
+def _memo_chain(level: bytes, levels: int) -> bytes:
+    """None at memo 0, then ``levels`` times ``level`` (which reads the last object as memo 0)
+    memoized at 0 again: deep objects of any kind, with one MARK open at most."""
+    put, get = b"r\x00\x00\x00\x00", b"j\x00\x00\x00\x00"
+    return b"\x80\x04N" + put + b"0" + (level.replace(b"@", get) + put + b"0") * levels + get + b"."
+
+
+#: kind -> (a level, the opcode past the bound, the levels a level adds, the depth of the first):
+#: a call is one level above its arguments' tuple, which is one above them (so the tuple of the
+#: call past the bound is the first past it: a call that did not count would leave it within).
+KINDS = {
+    "tuple (MARK)": (b"(@t", "TUPLE", 1, 1),
+    "list": (b"]@a", "APPEND", 1, 1),
+    "dict": (b"}N@s", "SETITEM", 1, 1),
+    "set": (b"\x8f(@\x90", "ADDITEMS", 1, 1),
+    "frozenset": (b"(@\x91", "FROZENSET", 1, 1),
+    "list (MARK)": (b"(@l", "LIST", 1, 1),
+    "dict (MARK)": (b"(N@d", "DICT", 1, 1),
+    "REDUCE": (b"cm\nf\n@\x85R", "TUPLE1", 2, 2),
+    "NEWOBJ": (b"cm\nC\n@\x85\x81", "TUPLE1", 2, 2),
+    "NEWOBJ_EX": (b"cm\nC\n@\x85}\x92", "TUPLE1", 2, 2),
+    "INST": (b"(@im\nC\n", "INST", 1, 1),
+    "OBJ": (b"(cm\nC\n@o", "OBJ", 1, 1),
+    "BUILD": (b"cm\nC\n)R@b", "BUILD", 1, 2),
+    "a call of a call": (b"@)R", "REDUCE", 1, 2),
+    "BINPERSID": (b"@Q", "BINPERSID", 1, 1),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_of_container_counts(kind: str) -> None:
+    level, name, step, first = KINDS[kind]
+    levels = (1000 - first) // step + 1  # the most within the bound
+    assert pickles.check(_memo_chain(level, levels)) > 0
+    with pytest.raises(pickles.PickleError, match=rf"more than 1000 deep \(a {name}\)"):
+        pickles.check(_memo_chain(level, levels + 1))
+
+
+def test_a_container_filled_later_is_followed_by_its_memo_entry() -> None:
+    """APPEND on a memoized list raises that list's depth, once to one above its deepest item
+    (not one a call): appending to it 5000 flat items leaves it at depth 1; appending one
+    999 deep makes it 1000, and a tuple of it 1001."""
+    head = b"\x80\x04]r\x00\x00\x00\x00" + b"Na" * 5000  # the list at memo 0, 5000 Nones
+    deep = b"N" + b"\x85" * 999
+    assert pickles.check(head + b".") > 0
+    assert pickles.check(head + deep + b"a.") > 0
+    with pytest.raises(pickles.PickleError, match=r"byte \d+: nests containers more than 1000 "
+                       r"deep \(a TUPLE1\)"):  # fmt: skip
+        pickles.check(head + deep + b"a0j\x00\x00\x00\x00\x85.")
+
+
+@pytest.mark.parametrize(
+    ("pickled", "says"),
+    [
+        (b"\x80\x02h\x07.", r"byte 2: reads memo index 7 \(BINGET\), never stored"),
+        (b"\x80\x02]p-1\n.", r"byte 3: has a PUT of the negative memo index -1"),
+        (b"\x80\x02a.", r"byte 2: has a APPEND with too few items on the stack"),
+        (b"\x80\x02(u.", r"byte 3: has a SETITEMS with too few items on the stack"),
+        (b"\x80\x02.", r"byte 2: has a STOP with too few items on the stack"),
+        (b"\x80\x020.", r"byte 2: has a POP with too few items on the stack"),
+        (b"\x80\x02N(0N.", None),  # POP above a MARK pops the MARK, as pickle does
+    ],
+)  # fmt: skip
+def test_the_stack_is_simulated_as_pickle_runs_it(pickled: bytes, says: str | None) -> None:
+    if says is None:
+        assert pickles.check(pickled) == len(pickled)
+        assert pickle.loads(pickled) is None
+        return
+    with pytest.raises(pickles.PickleError, match=rf"^the pickle at {says}\.$"):
+        pickles.check(pickled)
+    with pytest.raises((pickle.UnpicklingError, KeyError, IndexError, ValueError)):
+        pickle.loads(pickled)  # pickle refuses them too, only later
+
+
+def _state_dict_pickle(tensors: int) -> bytes:
+    module = torch.nn.Linear(2, 2)
+    state = {f"layers.{i}.{k}": v.clone() for i in range(tensors // 2) for k, v in
+             module.state_dict().items()}  # fmt: skip
+    with zipfile.ZipFile(io.BytesIO(_saved(state))) as z:
+        return z.read("archive/data.pkl")
+
+
+def _cpu_seconds(call: Callable[[], object], repeat: int = 3) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        call()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def test_the_check_is_linear_in_the_pickle() -> None:
+    """Four times the tensors take about four times the CPU time (a ratio, never a time): a
+    real state_dict's data.pkl, and wide and deep shapes that a quadratic walk would suffer
+    from (a MARK of 40,000 items; 40,000 APPENDs to one deep list)."""
+    small, large = _state_dict_pickle(2000), _state_dict_pickle(8000)
+    ratio = _cpu_seconds(lambda: pickles.check(large)) / _cpu_seconds(lambda: pickles.check(small))
+    assert ratio < 8, ratio  # linear: 4; quadratic: 16
+    deep = b"N" + b"\x85" * 999
+
+    def shapes(n: int) -> bytes:
+        wide = b"(" + b"N" * n + b"t0"
+        appends = b"]r\x00\x00\x00\x00" + deep + b"a" + b"j\x00\x00\x00\x00" * n + b"0" * n
+        return b"\x80\x04" + wide + appends + b"."
+
+    one, four = shapes(10_000), shapes(40_000)
+    ratio = _cpu_seconds(lambda: pickles.check(four)) / _cpu_seconds(lambda: pickles.check(one))
+    assert ratio < 8, ratio
+
+
+# -- what unpickled data looks like in messages ------------------------------------------------
+
+
+def test_values_are_shown_bounded_whatever_their_depth_or_size() -> None:
+    deep: object = None
+    for _ in range(200_000):
+        deep = [deep]
+    huge = 7**100_000
+    shown = pickles.shown({"a": (deep, huge, b"\x1b[2J" * 100), frozenset({1}): set()}, 100)
+    assert shown.startswith("{'a': ([[...]], <int of 280736 bits>, b'\\x1b[2J\\x1b[2J")
+    assert shown.endswith("...") and len(shown) == 103
+    assert pickles.shown({frozenset({1}): set()}) == "{frozenset({1}): set()}"
+    assert pickles.shown((1,)) == "(1,)" and pickles.shown(set()) == "set()"
+    assert pickles.shown(list(range(100))) == "[0, 1, 2, 3, 4, 5, ...]"
+    assert pickles.shown(collections.OrderedDict(a=1)) == "{'a': 1}"
+
+
+def test_a_deep_key_is_shown_bounded_in_what_the_file_holds(tmp_path: Path) -> None:
+    """A dict keyed by a tuple 999 deep (within the bound: it hashes) is named in the message
+    of a file holding no RNN, three levels deep: repr() of it would raise RecursionError."""
+    path = tmp_path / "key.pkl"
+    path.write_bytes(b"\x80\x02}N" + b"\x85" * 999 + b"Ns.")
+    assert torch_file.find_rnns(path) == []
+    says = r"key\.pkl holds no .* a dict of 1 entry \(\(\(\(\(\.\.\.\),\),\),\): a NoneType\); 0 "
+    with pytest.raises(TorchFileError, match=says + r"tensors in all\.$"):
+        convert.from_torch(path)
+
+
+def test_a_recursion_error_never_escapes_a_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last net: whatever walk of the data would still recurse too deep, each reader
+    raises its own error naming the file."""
+    from cudnn_rnn.formats import torch_pickle, torchscript
+
+    path = tmp_path / "state.pt"
+    torch.save(torch.nn.GRU(2, 3).state_dict(), path)
+
+    def deep(*args: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(torch_pickle, "_collect", deep)
+    says = r"state\.pt: its objects nest too deep to be read; the file is corrupt or made to "
+    with pytest.raises(TorchFileError, match=says + r"exhaust its reader\.$"):
+        torch_file.find_rnns(path)
+    scripted = tmp_path / "scripted.pt"
+    with pytest.warns(DeprecationWarning):
+        torch.jit.save(torch.jit.script(torch.nn.GRU(2, 3)), scripted)
+    monkeypatch.setattr(torchscript, "_walk", deep)
+    says = r"scripted\.pt: data\.pkl nests its objects too deep to be read; the archive is "
+    with pytest.raises(TorchFileError, match=says + r"corrupt or made to exhaust its reader\.$"):
+        torch_file.find_rnns(scripted)
+
+
+def test_tensors_past_the_longest_path_are_left_out_and_said(tmp_path: Path) -> None:
+    path = tmp_path / "long.pt"
+    torch.save({"k" * 1100: torch.nn.GRU(2, 3).state_dict()}, path)
+    assert torch_file.find_rnns(path) == []
+    says = r"0 tensors in all \(1 tensor or container left out: path over 1024 characters, or "
+    with pytest.raises(TorchFileError, match=says + r"under a key that is neither a str nor an"):
+        convert.from_torch(path)
+
+
+# -- the budget of what a read rebuilds --------------------------------------------------------
+
+
+def test_the_budget_is_a_multiple_of_the_pickles_read_plus_a_constant() -> None:
+    budget = pickles.Budget()
+    budget.allow(1000)
+    assert budget.limit == 32 * 1000 + (64 << 20)
+    budget.charge(budget.limit)
+    with pytest.raises(
+        pickles.Budget.Exceeded,
+        match=r"^the objects rebuilt from its 1000 bytes of pickle would take more than "
+        r"67140864 bytes \(32 a byte of pickle plus 64 MiB\)$",
+    ) as info:
+        budget.charge(1)
+    back = pickle.loads(pickle.dumps(info.value))
+    assert str(back) == str(info.value)
+
+
+def test_real_files_stay_well_within_the_budget(tmp_path: Path) -> None:
+    """What real producers write rebuilds 2 to 15 bytes a byte of pickle (measured:
+    torch.save(model) of many small modules is the most); the budget allows 32."""
+    from cudnn_rnn.formats import torch_pickle
+
+    model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(300)], torch.nn.LSTM(2, 3))
+    files_ = {"model.pt": model, "state.pt": {"state_dict": model.state_dict(), "epoch": 3}}
+    for name, obj in files_.items():
+        for new in (True, False):
+            path = tmp_path / f"{new}-{name}"
+            torch.save(obj, path, _use_new_zipfile_serialization=new)
+            with (
+                monkeypatched_budget() as budgets,
+                torch_pickle.open_pickled(path, files.sniff(path)),
+            ):
+                pass
+            (budget,) = budgets
+            assert budget.spent < 16 * budget.pickled, (path.name, budget.spent)
+
+
+@contextlib.contextmanager
+def monkeypatched_budget() -> Iterator[list[pickles.Budget]]:
+    """Every Budget made in the block."""
+    made: list[pickles.Budget] = []
+    original = pickles.Budget.__init__
+
+    def init(self: pickles.Budget) -> None:
+        original(self)
+        made.append(self)
+
+    pickles.Budget.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        pickles.Budget.__init__ = original  # type: ignore[method-assign]
+
+
+# -- what older producers wrote --------------------------------------------------------------------
+
+
+class _Torch10Pickler(pickle.Pickler):
+    """pickle's Pickler writing a tensor as torch 1.0 did: ``_rebuild_tensor_v2(storage, offset,
+    size, stride, requires_grad, backward_hooks)`` with the tensor's ``_backward_hooks`` as they
+    were, None where it has none (torch 1.1 on writes an empty OrderedDict). torch.save's legacy
+    writer subclasses it and adds its persistent ids (the storages), as it did in 2019."""
+
+    def reducer_override(self, obj: object) -> object:
+        if not isinstance(obj, torch.Tensor) or type(obj) is not torch.Tensor:
+            return NotImplemented
+        args = (obj._typed_storage(), obj.storage_offset(), tuple(obj.size()), obj.stride())
+        return torch._utils._rebuild_tensor_v2, (*args, obj.requires_grad, None)
+
+
+class _Torch10:
+    """What torch.save takes as ``pickle_module``."""
+
+    Pickler = _Torch10Pickler
+    dump = staticmethod(pickle.dump)
+
+
+def _chemnet_like() -> tuple[list[object], list[torch.nn.LSTM]]:
+    """The layout of fcd_torch's ChemNet_v0.13_pretrained.pt (2019, a legacy torch.save file): a
+    list of (layer name, (state_dict, constructor kwargs, options)), two Conv1d then two
+    nn.LSTM(batch_first=True), the LSTMs at [2][1][0] and [3][1][0]; smaller, float64."""
+    torch.manual_seed(11)
+    convs = [torch.nn.Conv1d(5, 4, 3, bias=False, dtype=torch.float64) for _ in range(2)]
+    lstms = [
+        torch.nn.LSTM(4, 6, batch_first=True, dtype=torch.float64),
+        torch.nn.LSTM(6, 3, batch_first=True, dtype=torch.float64),
+    ]
+    conv_kwargs = {"in_channels": 5, "out_channels": 4, "kernel_size": 3, "dilation": (1,)}
+    obj: list[object] = [
+        ("Conv1d", (c.state_dict(), conv_kwargs, {"activation": "selu", "padding": "same"}))
+        for c in convs
+    ]
+    obj += [
+        ("LSTM", (m.state_dict(), {"input_size": m.input_size, "hidden_size": m.hidden_size,
+                                   "batch_first": True}, {"reverse": True, "last": i == 1}))
+        for i, m in enumerate(lstms)
+    ]  # fmt: skip
+    return obj, lstms
+
+
+def _assert_computes_as(layer: torch.nn.Module, module: torch.nn.LSTM) -> None:
+    """Our (time-major) layer and the torch.nn module on the same input: the same outputs and
+    final states."""
+    x = torch.rand(5, 2, module.input_size, generator=torch.Generator().manual_seed(3),
+                   dtype=torch.float64) * 2 - 1  # fmt: skip
+    ours, (h, c) = layer(x)
+    with torch.no_grad():
+        theirs, (h2, c2) = module(x.transpose(0, 1) if module.batch_first else x)
+    theirs = theirs.transpose(0, 1) if module.batch_first else theirs
+    for a, b in ((ours, theirs), (h, h2), (c, c2)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+
+
+def test_a_legacy_file_of_torch_1_0_is_read_at_any_depth(tmp_path: Path) -> None:
+    """torch 1.0 pickled each tensor's ``_backward_hooks`` as they were: None, which the reader
+    took for another kind of tensor, so fcd_torch's ChemNet file (legacy, torch 1.0) listed no
+    RNN while the same nesting saved by today's torch (zip, legacy or a plain pickle) did."""
+    obj, lstms = _chemnet_like()
+    path = tmp_path / "chemnet.pt"
+    torch.save(obj, path, pickle_module=_Torch10, _use_new_zipfile_serialization=False)
+    assert files.sniff(path) == files.TORCH_PICKLE
+    # the shape of the real file: hooks None, as torch itself reads them back
+    again = torch.load(path, weights_only=False)
+    assert again[2][1][0]["weight_ih_l0"]._backward_hooks is None
+    ends = pickles.ends(path.read_bytes(), count=5)
+    hooks = [
+        (op.name, next_op.name)
+        for (op, _, _), (next_op, _, _) in itertools.pairwise(
+            pickletools.genops(path.read_bytes()[ends[2] : ends[3]])
+        )
+        if next_op.name == "TUPLE" and op.name in ("NONE", "REDUCE")
+    ]
+    assert hooks and all(name == "NONE" for name, _ in hooks), hooks
+    found = torch_file.find_rnns(path)
+    assert [(f.name, f.mode) for f in found] == [("[2][1][0]", "lstm"), ("[3][1][0]", "lstm")]
+    for name, module in zip(("[2][1][0]", "[3][1][0]"), lstms):
+        _assert_computes_as(cudnn_rnn.load(path, name), module)
+    # today's torch.save of the same nesting: found as before
+    for new in (True, False):
+        today = tmp_path / f"today-{new}.pt"
+        torch.save(obj, today, _use_new_zipfile_serialization=new)
+        assert [f.name for f in torch_file.find_rnns(today)] == ["[2][1][0]", "[3][1][0]"]
+
+
+def _torchscript_1_4(module: torch.nn.Module, path: Path) -> int:
+    """A real torch.jit.save archive of ``module`` whose data.pkl names its storages as torch 1.3
+    to 1.5's TorchScript writer did (torch/csrc/jit/pickler.cpp, ``pushStorageOfTensor``):
+    ``MARK "storage" torch.FloatStorage KEY LOCATION NUMEL NONE TUPLE BINPERSID``, a sixth field
+    (``view_metadata``, always None) that torch 1.6 dropped, everything else as written today
+    (keys, locations, numels, the storages' members and the module's code). The rewrite inserts
+    that one NONE before each persistent id's TUPLE; memo indices do not move (nothing is
+    memoized between them) and protocol 2 has no frames. torch 2.x's reader takes the first five
+    fields and ignores the sixth, so torch.jit.load reads the archive. Returns the ids rewritten."""
+    buffer = io.BytesIO()
+    with pytest.warns(DeprecationWarning):
+        torch.jit.save(torch.jit.script(module), buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as z:
+        members = {info.filename: z.read(info) for info in z.infolist()}
+    name = next(n for n in members if n.endswith("/data.pkl"))
+    data = members[name]
+    ops = list(pickletools.genops(data))
+    cuts = [pos for (op, _, pos), (after, _, _) in itertools.pairwise(ops)
+            if op.name == "TUPLE" and after.name == "BINPERSID"]  # fmt: skip
+    pieces, last = [], 0
+    for cut in cuts:
+        pieces += [data[last:cut], b"N"]
+        last = cut
+    members[name] = b"".join([*pieces, data[last:]])
+    with zipfile.ZipFile(path, "w") as z:  # stored, as torch writes it
+        for member, content in members.items():
+            z.writestr(member, content)
+    return len(cuts)
+
+
+def test_a_torchscript_archive_of_torch_1_4_is_read(tmp_path: Path) -> None:
+    torch.manual_seed(5)
+    module = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
+    path = tmp_path / "old.pt"
+    assert _torchscript_1_4(module, path) == 16  # one storage a tensor
+    assert files.sniff(path) == files.TORCHSCRIPT
+    with pytest.warns(DeprecationWarning):
+        loaded = torch.jit.load(str(path))  # torch 2.x reads it, the same tensors
+    theirs = loaded.state_dict()
+    assert all(torch.equal(theirs[k], v) for k, v in module.state_dict().items())
+    _assert_computes_as(cudnn_rnn.load(path), module)
+
+
+@pytest.mark.parametrize(
+    ("sixth", "says"),
+    [
+        (b"K\x00", r"\('storage', torch\.FloatStorage, '0', 'cpu', 48, 0\)"),
+        (b"NN", r"\('storage', torch\.FloatStorage, '0', 'cpu', 48, None, \.\.\.\)"),
+    ],
+)
+def test_an_old_persistent_id_is_checked_as_strictly(
+    sixth: bytes, says: str, tmp_path: Path
+) -> None:
+    """Only None may be the sixth field (a view of a storage was never written by TorchScript),
+    and nothing may follow it."""
+    path = tmp_path / "old.pt"
+    _torchscript_1_4(torch.nn.LSTM(3, 4), path)
+    with zipfile.ZipFile(path) as z:
+        members = {info.filename: z.read(info) for info in z.infolist()}
+    name = next(n for n in members if n.endswith("/data.pkl"))
+    assert b"K0Nt" in members[name]  # storage 0's numel (48: BININT1 0x30), its sixth field
+    members[name] = members[name].replace(b"K0Nt", b"K0" + sixth + b"t", 1)
+    with zipfile.ZipFile(path, "w") as z:
+        for member, content in members.items():
+            z.writestr(member, content)
+    with pytest.raises(TorchFileError, match=rf"data\.pkl asks for the persistent id {says}"):
+        torch_file.find_rnns(path)

@@ -21,7 +21,8 @@ pickle            a plain pickle of any protocol (the file's first one), at most
 ================  ===========================================================================
 
 Every pickle is first walked by the bounded pickle reader (:func:`cudnn_rnn.pickles.check`:
-memo, opcode count, nesting, lengths; no extension-registry or out-of-band-buffer opcodes), then
+memo, opcode count, the depth of every object it builds, lengths; no extension-registry or
+out-of-band-buffer opcodes), then
 unpickled by :class:`cudnn_rnn.pickles.Unpickler` with a ``find_class`` that never imports a
 module and never hands the pickle anything of the interpreter's:
 
@@ -35,7 +36,7 @@ module and never hands the pickle anything of the interpreter's:
 * only these globals are honoured, each by a small function of this module that checks its
   arguments and builds plain data (any other use of them is recorded like an unknown global),
   chosen because torch.save, Lightning and ``pickle.dump`` of NumPy arrays need them and none
-  can run code, import, or allocate more than the pickle's own bytes:
+  can run code or import:
 
   =====================================================  =====================================
   global                                                 built here as
@@ -71,22 +72,41 @@ module and never hands the pickle anything of the interpreter's:
   (Python 2's ``__builtin__`` and ``copy_reg`` name the same.) A tensor whose view reaches past
   its storage, a storage whose member or bytes do not hold what its persistent id claims, or an
   array whose bytes do not fill its shape refuses the file: it is corrupt or made to mislead.
+  torch 1.0 pickled a tensor's ``_backward_hooks`` as they were, None without hooks (later
+  versions an empty OrderedDict): both are read;
+* a pickle may call a rebuilder again and again on one memoized object at six bytes a call,
+  each call copying it (``bytearray``, ``set``, ``OrderedDict``, ``_codecs.encode``,
+  ``_reconstructor``, a record's arguments, a nested legacy file): every rebuilder, record,
+  global looked up and name made is charged to the read's one budget
+  (:class:`cudnn_rnn.pickles.Budget`: :data:`~cudnn_rnn.pickles.REBUILT_PER_BYTE` times the
+  bytes of the file's pickles plus :data:`~cudnn_rnn.pickles.REBUILT_GRACE`; real torch.save
+  files, Lightning checkpoints and pickles of arrays take 2 to 15 a byte), across all its
+  calls and nested pickles; past it the file is refused as made to exhaust its reader.
 
 Then :class:`Pickled` names every tensor (and NumPy array of a numeric dtype) by its path: dict
 keys joined with dots (``state_dict.model.encoder.lstm.weight_ih_l0``, int keys as ``[3]``),
 list and tuple elements and a call's arguments as ``[0]``, an object's attributes (its state)
 with dots, and a pickled ``torch.nn.Module`` (a record whose state holds ``_parameters`` and
 ``_modules``) by its state_dict names (``encoder.lstm.weight_ih_l0``: parameters, persistent
-buffers, submodules). A container met twice is walked once (its first path), at most
-:data:`MAX_DEPTH` levels deep; a path longer than :data:`MAX_NAME` characters is left out, and a
-file naming more than :data:`MAX_TENSORS` tensors or :data:`MAX_NAME_CHARACTERS` characters of
-paths is refused (a pickle repeating a memo reference in two bytes could ask for far more).
+buffers, submodules). A container met twice is walked once (its first path), by a loop, at
+every depth the pickle reader lets through (:data:`MAX_DEPTH`; a deeper one, which only a
+container filled after it was put into another can make, refuses the file); a path longer than
+:data:`MAX_NAME` characters, or under a key that is neither a str nor an int, is left out and
+counted (the message of a file holding no RNN says how many), and a file naming more than
+:data:`MAX_TENSORS` tensors or :data:`MAX_NAME_CHARACTERS` characters of paths is refused (a
+pickle repeating a memo reference in two bytes could ask for far more). Values of the file are
+shown in messages by :func:`cudnn_rnn.pickles.shown` (a few levels, a few items); no walk of the
+data recurses, and a RecursionError from anywhere in a read becomes a :class:`TorchFileError`
+naming the file.
 The RNNs among the names are then found as in any state_dict
 (:func:`cudnn_rnn.formats.torch_state.find_groups`).
 
 Bounds: the pickles as above; listing reads no storage; :meth:`Pickled.read` reads each storage
 of the tensors asked for once and copies each tensor once. A plain pickle is held whole with
-the bytes objects made from it: at most about twice the file.
+the bytes objects made from it: at most about twice the file. What is rebuilt: the budget
+above. What pickle's unpickler makes of the opcodes themselves: a few hundred bytes an opcode
+at most (an empty set, 232 bytes, is the largest object one opcode makes), at most
+:data:`~cudnn_rnn.pickles.MAX_PICKLE_OPCODES` opcodes.
 
 >>> import os, pickle, tempfile, numpy as np
 >>> path = os.path.join(tempfile.mkdtemp(), "arrays.pkl")
@@ -114,16 +134,18 @@ import torch
 from torch import Tensor
 
 from cudnn_rnn import files, pickles
-from cudnn_rnn.files import clip, first_line, quote
+from cudnn_rnn.files import quote
 from cudnn_rnn.formats.torch_state import StateGroup, TorchFileError
 from cudnn_rnn.formats.torchscript import (
     _STORAGES,
     TensorRef,
     _Refused,
+    _said,
     _Storage,
     _StorageKind,
 )
 from cudnn_rnn.formats.torchscript import _rebuild_tensor_v2 as _checked_tensor
+from cudnn_rnn.pickles import shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -140,8 +162,10 @@ __all__ = [
 
 #: The largest plain pickle read (it is held whole: its data is inside it).
 MAX_PLAIN_PICKLE_BYTES: Final = 1 << 31
-#: The deepest path walked for tensors (dict, list, object and module levels).
-MAX_DEPTH: Final = 100
+#: The deepest path walked for tensors (dict, list, object and module levels): as deep as the
+#: bounded pickle reader lets a pickle nest its objects; a deeper one (which only a container
+#: filled after it was put into another can make) refuses the file.
+MAX_DEPTH: Final = pickles.MAX_PICKLE_DEPTH
 #: The longest path of a tensor or container named (a longer one is left out).
 MAX_NAME: Final = 1024
 #: The most tensor names, and characters of names, made of one file.
@@ -155,6 +179,10 @@ _LEGACY_PROTOCOL = 1001
 _LEGACY_PICKLES = 5
 _LEGACY_FIRST_READ = 1 << 20
 _SHOWN = 6  # entries of the top-level object a message names
+# What the budget is charged (cudnn_rnn.pickles.Budget says why)
+_CALL, _FOUND, _RECORD = pickles.Budget.CALL, pickles.Budget.GLOBAL, pickles.Budget.RECORD
+_POINTER, _PAIR, _tuple = pickles.Budget.POINTER, pickles.Budget.PAIR, pickles.Budget.tuple_bytes
+_NAME = pickles.Budget.NAME
 
 #: Every opcode but the extension registry's (process state) and out-of-band buffers'.
 _OPCODES = frozenset(
@@ -179,6 +207,7 @@ class Opaque:
     __slots__ = ("args", "elements", "items", "kwargs", "state")
     module: ClassVar[str] = ""
     name: ClassVar[str] = ""
+    context: ClassVar[_Context | None] = None  # charged for what its records take
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     state: Any
@@ -186,9 +215,16 @@ class Opaque:
     elements: list[Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Opaque:
+        if cls.context is not None:
+            cls.context.charge(_RECORD + _POINTER * (len(args) + 3 * len(kwargs)))
         obj = super().__new__(cls)
         obj.args, obj.kwargs, obj.state, obj.items, obj.elements = args, kwargs, None, [], []
         return obj
+
+    def _charge(self, made: int) -> None:
+        context = type(self).context
+        if context is not None:
+            context.charge(made)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Nothing runs: what it was made with is kept by ``__new__``."""
@@ -202,22 +238,27 @@ class Opaque:
         self.state = state
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        self._charge(_PAIR)
         self.items.append((key, value))
 
     def append(self, value: Any) -> None:
         """``APPEND`` on it."""
+        self._charge(_POINTER)
         self.elements.append(value)
 
     def extend(self, values: list[Any]) -> None:
         """``APPENDS`` on it."""
+        self._charge(_POINTER * len(values))
         self.elements.extend(values)
 
     def add(self, value: Any) -> None:
         """``ADDITEMS`` on it."""
+        self._charge(_POINTER)
         self.elements.append(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Opaque:
-        called = _Called(*args, **kwargs)
+        context = type(self).context
+        called = (context.called if context is not None else _Called)(*args, **kwargs)
         called.callee = self
         return called
 
@@ -233,7 +274,12 @@ class _Called(Opaque):
 
     @property
     def qualname(self) -> str:
-        return f"{self.callee.qualname}(...)"
+        """The first record's name and a ``(...)`` a call (a chain of calls is walked, not
+        recursed through; more than three calls are shown as ``...``)."""
+        calls, first = 0, self.callee
+        while isinstance(first, _Called):
+            calls, first = calls + 1, first.callee
+        return first.qualname + "(...)" * min(calls + 1, 3) + ("..." if calls >= 3 else "")
 
 
 class _Unexpected(Exception):
@@ -341,6 +387,7 @@ class _Allowed(_Inert):
 
     def __call__(self, *args: Any) -> Any:
         low, high = self.arity
+        self.context.charge(_CALL)
         try:
             if not low <= len(args) <= high:
                 raise _Unexpected
@@ -361,7 +408,7 @@ def _shape(value: object) -> tuple[int, ...]:
         raise _Unexpected
     dims: list[Any] = list(value)
     if not all(type(d) is int and 0 <= d < _MAX_DIM for d in dims):
-        raise _Refused(f"an array of shape {quote(value)}")
+        raise _Refused(f"an array of shape {shown(value)}")
     return tuple(dims)
 
 
@@ -415,11 +462,14 @@ def _tensor_v2(
     hooks: object,
     metadata: object = None,
 ) -> TensorRef:
-    if not isinstance(storage, _Storage) or not isinstance(hooks, dict):
+    # torch < 1.1 pickled a tensor's _backward_hooks as they were: None without hooks
+    if not isinstance(storage, _Storage) or not (hooks is None or isinstance(hooks, dict)):
         raise _Unexpected  # a storage of another kind (quantized, ...): kept as a record
-    if metadata not in (None, {}):
+    if metadata is not None and (not isinstance(metadata, dict) or metadata):
         raise _Unexpected
-    return _checked_tensor(storage, offset, size, stride, requires_grad, {}, None)
+    ref = _checked_tensor(storage, offset, size, stride, requires_grad, {}, None)
+    context.charge(2 * _tuple(len(ref.shape)))
+    return ref
 
 
 def _tensor_v1(
@@ -453,6 +503,7 @@ def _ordered_dict(context: _Context, items: object = ()) -> _Dict:
         out.update(pairs)
     except TypeError:  # an unhashable key
         raise _Unexpected from None
+    context.charge(sys.getsizeof(out))
     return out
 
 
@@ -460,13 +511,17 @@ def _set(context: _Context, items: object = ()) -> set[Any]:
     if not isinstance(items, (list, tuple, set, frozenset)):
         raise _Unexpected
     try:
-        return set(items)
+        out = set(items)
     except TypeError:  # an unhashable item
         raise _Unexpected from None
+    context.charge(sys.getsizeof(out))
+    return out
 
 
 def _frozenset(context: _Context, items: object = ()) -> frozenset[Any]:
-    return frozenset(_set(context, items))
+    out = frozenset(_set(context, items))
+    context.charge(sys.getsizeof(out))
+    return out
 
 
 def _slice(context: _Context, *args: object) -> slice:
@@ -482,12 +537,16 @@ def _complex(context: _Context, *args: object) -> complex:
     return complex(*cast(list[float], numbers))
 
 
-def _latin1(data: object, encoding: object = None) -> bytes:
+def _latin1(context: _Context, data: object, encoding: object = None) -> bytes:
     """The bytes of ``bytes``/``bytearray``, or of text in latin-1 (Python 3's pickles of
-    bytes at protocol 2), never of a count (``bytes(10**12)`` would allocate)."""
+    bytes at protocol 2), never of a count (``bytes(10**12)`` would allocate); a copy is
+    charged (``bytes`` of ``bytes`` is the same object)."""
     if isinstance(data, (bytes, bytearray)) and encoding is None:
+        if type(data) is not bytes:
+            context.charge(len(data))
         return bytes(data)
     if type(data) is str and encoding in ("latin1", "latin-1"):
+        context.charge(len(data))
         try:
             return data.encode("latin-1")
         except UnicodeEncodeError:
@@ -496,15 +555,19 @@ def _latin1(data: object, encoding: object = None) -> bytes:
 
 
 def _bytes(context: _Context, *args: object) -> bytes:
-    return _latin1(*args) if args else b""
+    return _latin1(context, *args) if args else b""
 
 
 def _bytearray(context: _Context, *args: object) -> bytearray:
-    return bytearray(_latin1(*args)) if args else bytearray()
+    if not args:
+        return bytearray()
+    data = _latin1(context, *args)
+    context.charge(len(data))
+    return bytearray(data)
 
 
 def _encode(context: _Context, text: object, encoding: object = "utf-8") -> bytes:
-    return _latin1(text, encoding)
+    return _latin1(context, text, encoding)
 
 
 def _reconstructor(context: _Context, cls: object, base: object, state: object) -> Opaque:
@@ -514,8 +577,10 @@ def _reconstructor(context: _Context, cls: object, base: object, state: object) 
         raise _Unexpected
     obj = cls()
     if isinstance(state, dict):
+        context.charge(_PAIR * len(state))
         obj.items.extend(state.items())
     elif isinstance(state, list):
+        context.charge(_POINTER * len(state))
         obj.elements.extend(state)
     elif state is not None:
         obj.args = (state,)
@@ -539,6 +604,7 @@ def _load_from_bytes(context: _Context, data: object) -> Any:
     pickle (what ``pickle.dumps`` of a tensor holds)."""
     if not isinstance(data, (bytes, bytearray)):
         raise _Unexpected
+    context.charge(len(data))  # its leading pickles are read out of it
     return context.nested(data)
 
 
@@ -585,16 +651,30 @@ _MORE_STORAGES: dict[tuple[str, str], torch.dtype] = {
 
 
 class _Context:
-    """What one file's pickles share: the record classes made, and where each storage's bytes
-    are (key -> a reader of exactly its bytes)."""
+    """What one file's pickles share: the record classes made, where each storage's bytes are
+    (key -> a reader of exactly its bytes), and the one budget of what is rebuilt
+    (:class:`cudnn_rnn.pickles.Budget`: :meth:`allow` counts a pickle read, every honoured
+    global, record and nested pickle :meth:`charge` what it makes)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.classes: dict[tuple[str, str], type[Opaque]] = {}
         self.storages: dict[str, Callable[[], bytearray]] = {}
+        self.budget = pickles.Budget()
+        self.called: type[_Called] = type("Opaque", (_Called,), {"__slots__": (), "context": self})
         self._nested = 0
 
+    def allow(self, pickled: int) -> None:
+        """Count ``pickled`` bytes of the file's pickles read."""
+        self.budget.allow(pickled)
+
+    def charge(self, made: int) -> None:
+        """Count ``made`` bytes rebuilt (:attr:`cudnn_rnn.pickles.Budget.Exceeded` past the
+        budget)."""
+        self.budget.charge(made)
+
     def find(self, module: str, name: str) -> Any:
+        self.charge(_FOUND)
         module = _PY2_MODULES.get(module, module)
         if module == "torch" and name in _STORAGES:
             return _StorageKind(name, _STORAGES[name])
@@ -610,7 +690,11 @@ class _Context:
         if cls is None:
             if len(self.classes) >= _MAX_CLASSES:
                 raise _Refused(f"more than {_MAX_CLASSES} classes")
-            cls = type("Opaque", (Opaque,), {"__slots__": (), "module": module, "name": name})
+            cls = type(
+                "Opaque",
+                (Opaque,),
+                {"__slots__": (), "module": module, "name": name, "context": self},
+            )
             self.classes[(module, name)] = cls
         return cls
 
@@ -675,7 +759,7 @@ def _storage_id(pid: Any, length: int) -> tuple[_StorageKind, str, int] | None:
     if not isinstance(kind, _StorageKind) or type(key) is not str or type(location) is not str:
         return None
     if type(numel) is not int or numel < 0:
-        raise _Refused(f"storage {quote(key)} of {quote(numel)} elements")
+        raise _Refused(f"storage {quote(key)} of {shown(numel)} elements")
     return kind, key, numel
 
 
@@ -696,7 +780,7 @@ def _legacy(
     magic, protocol, info = (_plain_value(p, what) for p in parts[:3])
     if magic != _LEGACY_MAGIC or protocol != _LEGACY_PROTOCOL or type(info) is not dict:
         raise _Refused(
-            f"a magic number {quote(magic)} and protocol {quote(protocol)}, not those of a "
+            f"a magic number {shown(magic)} and protocol {shown(protocol)}, not those of a "
             "legacy torch.save file"
         )
     if info.get("little_endian") is not (sys.byteorder == "little"):
@@ -710,7 +794,7 @@ def _legacy(
         found = _storage_id(pid, 6)
         if found is None or pid[5] is not None:  # pid[5]: a view of a storage (torch < 0.4)
             if type(pid) is tuple and len(pid) == 6 and type(pid[2]) is str:
-                unknown[pid[2]] = repr(pid[1])
+                unknown[pid[2]] = shown(pid[1])
             return _unknown_id(context)(pid)
         kind, key, numel = found
         storage = _Storage(prefix + key, kind.dtype, numel)
@@ -721,13 +805,13 @@ def _legacy(
     top = _Unpickler(parts[3], what, context, persistent).load()
     keys = _plain_value(parts[4], what)
     if type(keys) is not list or not all(type(k) is str for k in keys):
-        raise _Refused(f"storage keys {clip(quote(keys))}, not a list of names")
+        raise _Refused(f"storage keys {shown(keys)}, not a list of names")
     offset = ends[4]
     for key in keys:
         storage = claimed.pop(key, None)
         if key in unknown and storage is None:
             raise _Refused(
-                f"storage {quote(key)} of type {quote(unknown[key], 80)}, whose element size "
+                f"storage {quote(key)} of type {unknown[key]}, whose element size "
                 "this reader does not know (so not where the storages after it are)"
             )
         if storage is None:
@@ -784,6 +868,7 @@ def _zip(path: str, f: io.BufferedReader, context: _Context) -> tuple[Any, str]:
             "module.state_dict() with torch.save."
         )
     data = archive.read(entry)
+    context.allow(len(data))
     claimed: dict[str, _Storage] = {}
 
     def persistent(pid: Any) -> Any:
@@ -822,6 +907,7 @@ def _legacy_file(path: str, f: io.BufferedReader, context: _Context) -> tuple[An
         return lambda: _read_exact(f, path, offset, count)
 
     head, ends = _leading_pickles(read, size, what, path)
+    context.allow(ends[-1])
     return _legacy(context, head, ends, size, read, reader, "", what), what
 
 
@@ -864,6 +950,7 @@ def _read_exact(f: io.BufferedReader, path: str, offset: int, count: int) -> byt
 def _plain(path: str, f: io.BufferedReader, context: _Context) -> tuple[Any, str]:
     what = "the pickle"
     data = files.read_at(f, 0, files.size_of(f))  # the pickle holds its data: all of it
+    context.allow(len(data))
     return _Unpickler(data, what, context, _unknown_id(context)).load(), what
 
 
@@ -888,7 +975,27 @@ def open_pickled(path: str | os.PathLike[str], kind: str) -> Iterator[Pickled]:
     with files.open_regular(name, max_size=limit) as f:
         context = _Context(name)
         top = _unpickled(name, lambda: read(name, f, context))
-        yield Pickled(name, kind, top, context.storages)
+        try:
+            pickled = Pickled(name, kind, top, context.storages, context.budget)
+        except pickles.Budget.Exceeded as err:
+            raise _exhausting(name, err) from None
+        except RecursionError:  # the last net: every walk of the data is bounded or iterative
+            raise _too_deep(name) from None
+        yield pickled
+
+
+def _exhausting(path: str, err: files.FormatError) -> TorchFileError:
+    return TorchFileError(
+        f"{path}: {err}; the file is made to exhaust its reader (a pickle calling a function "
+        "on one object again and again, or naming one object again and again)."
+    )
+
+
+def _too_deep(path: str) -> TorchFileError:
+    return TorchFileError(
+        f"{path}: its objects nest too deep to be read; the file is corrupt or made to "
+        "exhaust its reader."
+    )
 
 
 def _unpickled(path: str, load: Callable[[], tuple[Any, str]]) -> Any:
@@ -906,16 +1013,20 @@ def _unpickled(path: str, load: Callable[[], tuple[Any, str]]) -> Any:
             f"{path}: refused before anything is unpickled: {err.what} at byte {err.offset}: "
             f"{err.problem}; the file is corrupt, made to exhaust its reader, or no pickle."
         ) from err
+    except pickles.Budget.Exceeded as err:
+        raise _exhausting(path, err) from None
     except _Refused as why:
         raise TorchFileError(
             f"{path}: it asks for {why}, which this reader does not rebuild; the file is "
             "corrupt or made to mislead its reader."
         ) from None
+    except RecursionError:
+        raise _too_deep(path) from None
     except (TorchFileError, files.FormatError, files.FileAccessError):
         raise
     except Exception as err:  # a corrupt pickle fails in many ways
         raise TorchFileError(
-            f"{path}: not a readable pickle ({type(err).__name__}: {clip(first_line(err))}); "
+            f"{path}: not a readable pickle ({type(err).__name__}: {_said(err)}); "
             "the file is corrupt."
         ) from None
 
@@ -935,7 +1046,8 @@ class PickledModule:
 class Pickled:
     """What a pickled file holds: ``tensors`` (path -> tensor reference or NumPy array, in the
     pickle's order), ``modules`` (path -> :class:`PickledModule`, ``""`` for the top) and
-    ``holds`` (the top-level object in words, for messages)."""
+    ``holds`` (the top-level object in words, for messages). The names made are charged to
+    ``budget`` (the read's), where one is given."""
 
     def __init__(
         self,
@@ -943,10 +1055,11 @@ class Pickled:
         kind: str,
         top: Any,
         storages: dict[str, Callable[[], bytearray]],
+        budget: pickles.Budget | None = None,
     ) -> None:
         self.path, self.kind = path, kind
-        self.tensors, self.modules = _collect(top, path)
-        self.holds = _holds(top, len(self.tensors))
+        self.tensors, self.modules, left_out = _collect(top, path, budget or pickles.Budget())
+        self.holds = _holds(top, len(self.tensors), left_out)
         self._storages = storages
 
     def shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -1009,17 +1122,21 @@ def _claim(tensor: Tensorish) -> tuple[tuple[int, ...], str]:
 
 
 _SAME = object()  # a child at its parent's path (a record's state that is no dict)
+_KEY_INT = 1 << 63  # int keys named: those of 64 bits
 
 
 def _join(path: str, key: object) -> str | None:
     """The path of ``key`` under ``path``: ``a.b`` for a str, ``a[3]`` for an int; None
-    for another key (left out)."""
+    for another key, or for a path over :data:`MAX_NAME` characters (left out; a long one is
+    never made)."""
     if key is _SAME:
         return path
     if type(key) is str:
+        if len(path) + 1 + len(key) > MAX_NAME:
+            return None
         return f"{path}.{key}" if path else key
-    if type(key) is int:
-        return f"{path}[{key}]"
+    if type(key) is int and -_KEY_INT <= key < _KEY_INT and len(path) + 22 <= MAX_NAME:
+        return f"{path}[{key}]"  # (a huge int's digits are never made)
     return None
 
 
@@ -1088,19 +1205,24 @@ def _children(obj: Any, path: str, modules: dict[str, PickledModule]) -> list[tu
     return _record_children(obj)
 
 
-def _collect(top: Any, path: str) -> tuple[dict[str, Tensorish], dict[str, PickledModule]]:
-    """Every tensor under ``top`` by its path, and every pickled module (see the module).
+def _collect(
+    top: Any, path: str, budget: pickles.Budget
+) -> tuple[dict[str, Tensorish], dict[str, PickledModule], int]:
+    """Every tensor under ``top`` by its path, every pickled module (see the module), and how
+    many tensors and containers were left out (their path over :data:`MAX_NAME` characters,
+    or under a key that is neither a str nor an int).
 
     Names are made only for tensors and containers, each container is queued once, a name is
-    at most :data:`MAX_NAME` characters (a longer one is left out), and at most
+    at most :data:`MAX_NAME` characters (a longer one is left out, never made), and at most
     :data:`MAX_TENSORS` tensor names and :data:`MAX_NAME_CHARACTERS` characters of names are
-    made: what a pickle of a few bytes an entry (a memo reference repeated) would make
-    otherwise is bounded."""
+    made, each charged to ``budget``: what a pickle of a few bytes an entry (a memo reference
+    repeated) would make otherwise is bounded. The walk is a loop (no recursion), at most
+    :data:`MAX_DEPTH` containers deep."""
     tensors: dict[str, Tensorish] = {}
     modules: dict[str, PickledModule] = {}
     queued = {id(top)}
     stack: list[tuple[Any, str, int]] = [(top, "", 0)]
-    characters = 0
+    characters = left_out = 0
     while stack:
         obj, name, depth = stack.pop()
         if _is_tensor(obj):
@@ -1113,14 +1235,21 @@ def _collect(top: Any, path: str) -> tuple[dict[str, Tensorish], dict[str, Pickl
         pushed: list[tuple[Any, str, int]] = []
         for key, child in _children(obj, name, modules):
             tensor = _is_tensor(child)
-            if not tensor and (id(child) in queued or depth + 1 >= MAX_DEPTH):
+            if not tensor and (
+                id(child) in queued or not isinstance(child, (dict, list, tuple, Opaque))
+            ):
                 continue
-            if not tensor and not isinstance(child, (dict, list, tuple, Opaque)):
-                continue
+            if not tensor and depth >= MAX_DEPTH:
+                raise TorchFileError(
+                    f"{path}: nests its containers more than {MAX_DEPTH} deep; it is not read "
+                    "(the file is corrupt or made to exhaust its reader)."
+                )
             child_name = _join(name, key)
-            if child_name is None or len(child_name) > MAX_NAME:
+            if child_name is None:
+                left_out += 1
                 continue
             characters += len(child_name)
+            budget.charge(_NAME + len(child_name))
             if characters > MAX_NAME_CHARACTERS:
                 raise TorchFileError(
                     f"{path}: the paths of its tensors and containers come to more than "
@@ -1130,7 +1259,7 @@ def _collect(top: Any, path: str) -> tuple[dict[str, Tensorish], dict[str, Pickl
                 queued.add(id(child))
             pushed.append((child, child_name, depth + 1))
         stack.extend(reversed(pushed))
-    return tensors, modules
+    return tensors, modules, left_out
 
 
 def _kind(obj: Any) -> str:
@@ -1148,16 +1277,24 @@ def _kind(obj: Any) -> str:
     return f"a {type(obj).__name__}"
 
 
-def _holds(top: Any, count: int) -> str:
-    """What the file holds, for a message: the top-level object and its first entries."""
+def _holds(top: Any, count: int, left_out: int = 0) -> str:
+    """What the file holds, for a message: the top-level object and its first entries, and
+    how many tensors and containers were left out unnamed."""
     what = _kind(top)
     entries: list[str] = []
     if isinstance(top, dict):
-        entries = [f"{quote(k, 40)}: {_kind(v)}" for k, v in list(top.items())[: _SHOWN + 1]]
+        entries = [f"{shown(k, 40)}: {_kind(v)}" for k, v in list(top.items())[: _SHOWN + 1]]
     elif type(top) in (list, tuple):
         entries = [f"[{i}]: {_kind(v)}" for i, v in enumerate(top[: _SHOWN + 1])]
     if entries:
         more = len(top) - _SHOWN
-        shown = entries[:_SHOWN] + ([f"{more} more"] if more > 0 else [])
-        what += f" ({', '.join(shown)})"
-    return f"{what}; {count} tensor{'' if count == 1 else 's'} in all"
+        listed = entries[:_SHOWN] + ([f"{more} more"] if more > 0 else [])
+        what += f" ({', '.join(listed)})"
+    what += f"; {count} tensor{'' if count == 1 else 's'} in all"
+    if left_out:
+        what += (
+            f" ({left_out} tensor{'' if left_out == 1 else 's'} or container"
+            f"{'' if left_out == 1 else 's'} left out: path over {MAX_NAME} characters, or "
+            "under a key that is neither a str nor an int)"
+        )
+    return what

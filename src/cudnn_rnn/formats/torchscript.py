@@ -4,7 +4,8 @@ running, importing or calling anything the archive names.
 An archive is a zip of one folder ``ROOT/`` holding ``data.pkl`` (the pickled module tree: one
 object of a ``__torch__.*`` class per module, whose state is a dict of its attributes; tensors
 are ``torch._utils._rebuild_tensor_v2`` calls on storages named by persistent ids
-``("storage", torch.FloatStorage, KEY, LOCATION, NUMEL)``), the storages' raw bytes in
+``("storage", torch.FloatStorage, KEY, LOCATION, NUMEL)``, or, as torch 1.3 to 1.5 wrote them,
+with a sixth field ``view_metadata`` that is always None), the storages' raw bytes in
 ``ROOT/data/KEY``, the modules' code in ``ROOT/code/`` and the code's constants in
 ``constants.pkl``. ``torch.jit.load`` compiles and may run that code; this reader never does, and
 never uses ``pickle``'s own lookup of classes:
@@ -30,7 +31,14 @@ never uses ``pickle``'s own lookup of classes:
   storages of the tensors asked for, and refuses a view of more elements than its storage holds
   (an expanded tensor that would allocate more than the file's bytes).
 * Bounds: ``data.pkl`` at most :data:`MAX_PICKLE_BYTES` (and its zip entry within the file),
-  module nesting at most :data:`MAX_DEPTH`, at most 64 dimensions a tensor.
+  objects in it nested at most :data:`cudnn_rnn.pickles.MAX_PICKLE_DEPTH` deep (a tree of
+  :data:`MAX_DEPTH` modules needs about 410), module nesting at most :data:`MAX_DEPTH`, at most
+  64 dimensions a tensor. Every global looked up, rebuilder called (a tensor reference, a
+  ``torch.device`` name joined of its arguments, ...), object and storage made is charged to
+  the read's budget (:class:`cudnn_rnn.pickles.Budget`: 32 times ``data.pkl``'s bytes plus
+  64 MiB), so that a pickle calling one on a memoized argument again and again is refused.
+  Values of the file are shown in messages by :func:`cudnn_rnn.pickles.shown`; a RecursionError
+  from anywhere in the read becomes a :class:`TorchFileError` naming the file.
 
 A module's plain attributes (str, int, float, bool, None) are kept: ``nn.RNN`` records
 ``nonlinearity`` there. What TorchScript compiles into a class as a constant (``nn.RNNCell``'s
@@ -63,6 +71,7 @@ from torch import Tensor
 from cudnn_rnn import files, pickles
 from cudnn_rnn.files import clip, first_line, quote
 from cudnn_rnn.formats.torch_state import TorchFileError
+from cudnn_rnn.pickles import shown
 
 __all__ = [
     "MAX_CODE_BYTES",
@@ -82,6 +91,8 @@ MAX_CODE_BYTES = 16 << 20
 MAX_DEPTH = 200
 _MAX_DIMS = 64
 _MAX_CLASSES = 100_000
+# What the read's budget is charged (cudnn_rnn.pickles.Budget says why)
+_CALL, _FOUND, _tuple = pickles.Budget.CALL, pickles.Budget.GLOBAL, pickles.Budget.tuple_bytes
 
 #: The storage types of persistent ids -> dtypes.
 _STORAGES: dict[str, torch.dtype] = {
@@ -173,16 +184,24 @@ class _Storage:
 
 
 class _Function(_Inert):
-    """One of this module's rebuild functions, as the pickle calls it (REDUCE)."""
+    """One of this module's rebuild functions, as the pickle calls it (REDUCE): each call is
+    charged to the read's budget, with what the function makes beyond a small object."""
 
-    __slots__ = ("function", "name")
+    __slots__ = ("budget", "function", "name")
 
-    def __init__(self, name: str, function: Callable[..., Any]) -> None:
+    def __init__(self, name: str, function: Callable[..., Any], budget: pickles.Budget) -> None:
         self.name = name
         self.function = function
+        self.budget = budget
 
     def __call__(self, *args: Any) -> Any:
-        return self.function(*args)
+        self.budget.charge(_CALL)
+        made = self.function(*args)
+        if isinstance(made, TensorRef):
+            self.budget.charge(2 * _tuple(len(made.shape)))
+        elif type(made) is str:  # a torch.device's name, joined of its arguments
+            self.budget.charge(len(made))
+        return made
 
     def __repr__(self) -> str:
         return self.name
@@ -194,11 +213,14 @@ class _ScriptObject:
 
     __slots__ = ("state",)
     qualname: ClassVar[str] = ""
+    budget: ClassVar[pickles.Budget | None] = None  # charged for each object made
     state: object
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _ScriptObject:
         if args or kwargs:
             raise _Refused(f"{quote(cls.qualname)} made with arguments")
+        if cls.budget is not None:
+            cls.budget.charge(_CALL)
         obj = super().__new__(cls)
         obj.state = _UNSET
         return obj
@@ -214,13 +236,13 @@ _UNSET = object()
 
 def _int(value: object, what: str) -> int:
     if type(value) is not int or value < 0:
-        raise _Refused(f"{what} {quote(value)}, not a non-negative integer")
+        raise _Refused(f"{what} {shown(value)}, not a non-negative integer")
     return value
 
 
 def _ints(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, (tuple, list)) or len(value) > _MAX_DIMS:
-        raise _Refused(f"{what} {quote(value)}, not a tuple of at most {_MAX_DIMS} integers")
+        raise _Refused(f"{what} {shown(value)}, not a tuple of at most {_MAX_DIMS} integers")
     return tuple(_int(v, what) for v in value)
 
 
@@ -234,13 +256,16 @@ def _rebuild_tensor_v2(
     metadata: object = None,
 ) -> TensorRef:
     if not isinstance(storage, _Storage):
-        raise _Refused(f"a tensor on {quote(storage)}, not on a storage of the archive")
+        raise _Refused(f"a tensor on {shown(storage)}, not on a storage of the archive")
     shape = _ints(size, "a tensor size")
     strides = _ints(stride, "a tensor stride")
     start = _int(offset, "a storage offset")
     if len(strides) != len(shape) or type(requires_grad) is not bool:
-        raise _Refused(f"a tensor of size {quote(size)} and stride {quote(stride)}")
-    if not isinstance(hooks, dict) or metadata not in (None, {}):
+        raise _Refused(f"a tensor of size {shown(size)} and stride {shown(stride)}")
+    # torch < 1.1 pickled a tensor's _backward_hooks as they were: None without hooks
+    if not (hooks is None or isinstance(hooks, dict)) or not (
+        metadata is None or (isinstance(metadata, dict) and not metadata)
+    ):
         raise _Refused("a tensor with backward hooks or metadata")
     if math.prod(shape):
         last = start + sum((n - 1) * s for n, s in zip(shape, strides))
@@ -256,13 +281,13 @@ def _rebuild_tensor_v2(
 
 def _same_list(value: object) -> object:
     if type(value) is not list:
-        raise _Refused(f"a list builder on {quote(value)}")
+        raise _Refused(f"a list builder on {shown(value)}")
     return value
 
 
 def _type_tag(value: object, tag: object) -> object:
     if type(tag) is not str:
-        raise _Refused(f"a type tag {quote(tag)}")
+        raise _Refused(f"a type tag {shown(tag)}")
     return value
 
 
@@ -274,7 +299,7 @@ def _ordered_dict(*args: object) -> dict[Any, Any]:
 
 def _device(*args: object) -> str:
     if not args or not all(type(a) in (str, int) for a in args):
-        raise _Refused(f"a torch.device of {quote(args)}")
+        raise _Refused(f"a torch.device of {shown(args)}")
     return ":".join(str(a) for a in args)
 
 
@@ -300,8 +325,11 @@ class _Unpickler(pickles.Unpickler):
         super().__init__(data, what=what, allowed=_OPCODES)
         self._storage = storage
         self._classes: dict[str, type[_ScriptObject]] = {}
+        self.budget = pickles.Budget()
+        self.budget.allow(len(data))
 
     def find_class(self, module: str, name: str) -> Any:
+        self.budget.charge(_FOUND)
         if module == "__torch__" or module.startswith("__torch__."):
             return self._script_class(f"{module}.{name}")
         if module == "torch" and name in _STORAGES:
@@ -309,27 +337,36 @@ class _Unpickler(pickles.Unpickler):
         function = _FUNCTIONS.get((module, name))
         if function is None:
             raise _Refused(f"the global {quote(f'{module}.{name}', 80)}")
-        return _Function(f"{module}.{name}", function)
+        return _Function(f"{module}.{name}", function, self.budget)
 
     def _script_class(self, qualname: str) -> type[_ScriptObject]:
         cls = self._classes.get(qualname)
         if cls is None:
             if len(self._classes) >= _MAX_CLASSES:
                 raise _Refused(f"more than {_MAX_CLASSES} TorchScript classes")
-            cls = type("ScriptObject", (_ScriptObject,), {"__slots__": (), "qualname": qualname})
+            cls = type(
+                "ScriptObject",
+                (_ScriptObject,),
+                {"__slots__": (), "qualname": qualname, "budget": self.budget},
+            )
             self._classes[qualname] = cls
         return cls
 
     def persistent_load(self, pid: Any) -> _Storage:
+        """A storage of the archive, named as ``("storage", torch.FloatStorage, KEY, LOCATION,
+        NUMEL)``; torch 1.3 to 1.5's TorchScript writer added a sixth field, the storage's
+        ``view_metadata``, always None (torch reads the first five and ignores it)."""
         if (
             type(pid) is not tuple
-            or len(pid) != 5
+            or len(pid) not in (5, 6)
             or pid[0] != "storage"
             or not isinstance(pid[1], _StorageKind)
             or type(pid[2]) is not str
             or type(pid[3]) is not str
+            or (len(pid) == 6 and pid[5] is not None)
         ):
-            raise _Refused(f"the persistent id {quote(pid)}")
+            raise _Refused(f"the persistent id {shown(pid)}")
+        self.budget.charge(_CALL)
         return self._storage(pid[2], pid[1].dtype, _int(pid[4], "a storage size"))
 
 
@@ -494,14 +531,33 @@ def _read_tree(path: str, archive: files.ZipArchive) -> Archive:
         raise _asks_for(path, f"the pickle opcode {err.opcode}") from None
     except _Refused as why:
         raise _asks_for(path, str(why)) from None
+    except pickles.Budget.Exceeded as err:
+        raise TorchFileError(
+            f"{path}: data.pkl is refused: {err}; the archive is made to exhaust its reader (a "
+            "pickle calling a function on one object again and again)."
+        ) from None
+    except RecursionError:  # the last net: every walk of the data is bounded
+        raise TorchFileError(
+            f"{path}: data.pkl nests its objects too deep to be read; the archive is corrupt "
+            "or made to exhaust its reader."
+        ) from None
     except TorchFileError:
         raise
     except Exception as err:  # a corrupt pickle fails in many ways
         raise TorchFileError(
             f"{path}: data.pkl is not a readable pickle ({type(err).__name__}: "
-            f"{clip(first_line(err))}); the archive is corrupt."
+            f"{_said(err)}); the archive is corrupt."
         ) from None
     return Archive(path, archive, root, tensors, modules)
+
+
+def _said(err: BaseException) -> str:
+    """The first line of ``err`` (its class name where even that fails on the data it holds:
+    a KeyError's message is the repr of its key)."""
+    try:
+        return clip(first_line(err))
+    except (RecursionError, ValueError):
+        return type(err).__name__
 
 
 def _asks_for(path: str, what: str) -> TorchFileError:
