@@ -90,7 +90,7 @@ READS = {
 }
 
 SCRIPT = """
-import re
+import ctypes, gc, re
 import numpy, torch, onnx.reference
 from cudnn_rnn.formats import onnx
 
@@ -98,25 +98,36 @@ def status(key):
     with open("/proc/self/status") as f:
         return int(re.search(key + r":\\s+(\\d+) kB", f.read()).group(1)) * 1024
 
+CALL = {call!r}
 PATH = {tiny!r}
-{call}
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the peak (VmHWM) starts again from the resident size now
-except OSError:
-    print("no-reset")
-    raise SystemExit(0)
-base = status("VmRSS")
-PATH = {path!r}
-{call}
-print(status("VmHWM") - base)
+exec(CALL)
+for PATH in {paths!r}:
+    gc.collect()
+    ctypes.CDLL(None).malloc_trim(0)  # what earlier reads freed leaves the resident size
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the peak (VmHWM) starts again from the resident size now
+    except OSError:
+        print("no-reset")
+        raise SystemExit(0)
+    base = status("VmRSS")
+    exec(CALL)
+    print(status("VmHWM") - base)
 """
 
 
 def peak_growth(call: str, tiny: Path, path: Path) -> int:
     """The growth of the peak resident size of a fresh interpreter while it runs ``call`` on
     ``path``, after it ran it on ``tiny``."""
-    script = SCRIPT.format(tiny=str(tiny), path=str(path), call=call)
+    (grew,) = peak_growths(call, tiny, [path])
+    return grew
+
+
+def peak_growths(call: str, tiny: Path, paths: list[Path]) -> list[int]:
+    """:func:`peak_growth` of each of ``paths`` in turn, in one fresh interpreter (one import
+    of torch); before each, what the one before freed is handed back to the system, so that
+    each read's peak is counted from the resident size it starts from."""
+    script = SCRIPT.format(tiny=str(tiny), paths=[str(p) for p in paths], call=call)
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -128,7 +139,7 @@ def peak_growth(call: str, tiny: Path, path: Path) -> int:
     assert done.returncode == 0, done.stderr
     if done.stdout.split() == ["no-reset"]:
         pytest.skip("this system cannot reset a process's peak resident size")
-    return int(done.stdout.split()[-1])
+    return [int(v) for v in done.stdout.split()]
 
 
 @pytest.mark.parametrize("name", list(READS))

@@ -176,6 +176,100 @@ def test_whole_network_loads_against_torch_and_onnxruntime(tmp_path: Path) -> No
     close(layer_1(torch.from_numpy(got[second.input[0]]))[0], flat_y(got[second.output[0]]))
 
 
+def reversed_nodes(model: Any) -> Any:
+    """``model`` with the node list of its main graph reversed (a copy)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    nodes = list(copy.graph.node)[::-1]
+    kept = [onnx.NodeProto() for _ in nodes]
+    for new, old in zip(kept, nodes):
+        new.CopyFrom(old)
+    del copy.graph.node[:]
+    copy.graph.node.extend(kept)
+    return copy
+
+
+@torch.no_grad()
+def test_nodes_out_of_topological_order_are_read_sorted(tmp_path: Path) -> None:
+    """onnx's checker refuses a graph whose nodes are not sorted topologically, which
+    onnxruntime runs: the tagger's node list reversed is read as the file in order, from a path
+    and from a loaded model (which is left as it was)."""
+    net, path, _ = tagger_file(tmp_path)
+    model = reversed_nodes(onnx.load(str(path)))
+    with pytest.raises(onnx.checker.ValidationError, match="must be topologically sorted"):
+        onnx.checker.check_model(model)
+    unsorted = tmp_path / "unsorted.onnx"
+    onnx.save_model(model, str(unsorted))
+    tokens = torch.randint(0, 11, (7, 3))
+    out = model.graph.output[0].name
+    assert np.array_equal(
+        run_ort(unsorted, {"tokens": tokens.numpy()})[out],
+        run_ort(path, {"tokens": tokens.numpy()})[out],
+    )  # onnxruntime runs it
+    assert find_rnns(unsorted) == find_rnns(path)
+    layer = from_onnx(unsorted, node=STACK)
+    assert torch.equal(layer.opaque_kernel, from_torch(net.lstm).opaque_kernel)
+    close(layer(net.embed(tokens))[0], net.lstm(net.embed(tokens))[0])
+    before = model.SerializeToString()
+    assert find_rnns(model) == find_rnns(path)
+    assert model.SerializeToString() == before
+
+
+def test_a_whole_stack_out_of_order_is_read_sorted(tmp_path: Path) -> None:
+    """Our own 2-layer model with its nodes reversed, read whole (strict shape inference runs
+    on the sorted model): the layer it was written from."""
+    layer = random_layer("gru", 2, "bidirectional", dtype=torch.float32)
+    to_onnx(layer, tmp_path / "m.onnx")
+    path = tmp_path / "unsorted.onnx"
+    onnx.save_model(reversed_nodes(onnx.load(str(tmp_path / "m.onnx"))), str(path))
+    assert torch.equal(from_onnx(path).opaque_kernel, layer.opaque_kernel)
+
+
+def test_a_name_a_subgraph_uses_orders_its_node() -> None:
+    """An If whose branch reads ``w``, listed before the node that computes ``w``: sorted
+    after it (a subgraph's names are its node's inputs too), and the branch's LSTM is read."""
+    w, r, b = weights("LSTM", 2, 3)
+    branch = helper.make_graph(
+        [helper.make_node("LSTM", ["X", "w", "R", "B"], ["y"], "lstm", hidden_size=2)],
+        "then",
+        [],
+        [value("y")],
+    )
+    nodes = [
+        helper.make_node("If", ["flag"], ["Y"], "cond", then_branch=branch, else_branch=branch),
+        helper.make_node("Identity", ["W"], ["w"], "copy"),
+    ]
+    flag = helper.make_tensor_value_info("flag", onnx.TensorProto.BOOL, [])
+    graph = helper.make_graph(nodes, "g", [X_INPUT, flag], [value("Y")], initializer=[w, r, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(onnx.checker.ValidationError, match="must be topologically sorted"):
+        onnx.checker.check_model(model)
+    found = find_rnns(model)
+    assert [(f.name, f.computable) for f in found] == [
+        ("cond/else_branch/lstm", True),  # (make_node sorts attributes by name)
+        ("cond/then_branch/lstm", True),
+    ]
+
+
+def test_a_cycle_is_still_refused(tmp_path: Path) -> None:
+    """Nodes that compute each other: no order mends that; the checker's refusal stands."""
+    w, r, b = weights("LSTM", 2, 3)
+    nodes = [
+        helper.make_node("Identity", ["b"], ["a"], "first"),
+        helper.make_node("Identity", ["a"], ["b"], "second"),
+        helper.make_node("LSTM", ["X", "W", "R", "B"], ["y"], "lstm", hidden_size=2),
+    ]
+    graph = helper.make_graph(nodes, "g", [X_INPUT], [value("y")], initializer=[w, r, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, str(tmp_path / "cycle.onnx"))
+    for source in (tmp_path / "cycle.onnx", model):
+        with pytest.raises(
+            OnnxFormatError,
+            match=r"the model is not valid ONNX: Nodes in a graph must be topologically sorted",
+        ):
+            find_rnns(source)
+
+
 def test_whole_network_without_node_is_refused_naming_its_rnns(tmp_path: Path) -> None:
     """Decided: a graph that computes more than the RNN is refused even when it holds one RNN
     (the layer would compute a part of the model, silently); the message names the part."""

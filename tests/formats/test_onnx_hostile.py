@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn.formats import onnx_file
+from cudnn_rnn.formats import onnx_eval, onnx_file
 from cudnn_rnn.formats.onnx import (
     OnnxFormatError,
     find_rnns,
@@ -112,11 +112,13 @@ def test_allocation_bombs_are_refused_before_allocating(tmp_path: Path) -> None:
         assert "would make" in rest[1] and "refused before allocating" in rest[1], line
 
 
-def test_plumbing_budget_over_all_nodes(tmp_path: Path) -> None:
-    """Many nodes each under the one-tensor bound still may not allocate without end: the
-    evaluated values of one model have a budget (8x the model's bytes, in elements)."""
+def test_plumbing_budget_over_all_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many nodes each small still may not allocate without end: everything one read evaluates
+    shares one budget of work, in bytes (onnx_file.WORK_FACTOR times the model's bytes plus
+    WORK_CONSTANT, here 0): the first Expand of 2000 floats fits in it, the 64 do not."""
+    monkeypatch.setattr(onnx_file, "WORK_CONSTANT", 0)
     one = helper.make_tensor("one", FLOAT, [1], [1.0])
-    size = 2000  # elements per Expand: under 2x the model's bytes, whatever it is
+    size = 2000
     nodes, parts = [], []
     for k in range(64):
         nodes += [
@@ -128,9 +130,14 @@ def test_plumbing_budget_over_all_nodes(tmp_path: Path) -> None:
     nodes.append(helper.make_node("Reshape", ["flat", "w_shape"], ["W"]))
     inits = [one, shape("n", [size]), shape("s0", [0]), shape("s1", [1])]
     model = lstm_with_w_from(nodes, [*inits, shape("w_shape", [1, 8, 8])])
-    assert 2 * model.ByteSize() > size and 8 * model.ByteSize() < 64 * size
+    # An Expand costs its floats twice (onnx.reference multiplies by ones) and one node's run.
+    expand = 2 * 4 * size + onnx_eval.RUN_COST
+    assert expand < onnx_file.WORK_FACTOR * model.ByteSize() < 64 * expand
     with pytest.raises(
-        OnnxFormatError, match=r"(Expand|Slice) node .* would make 2000 elements, .* refused"
+        OnnxFormatError,
+        match=r"(Expand|Slice) node .* would make (1|2000) elements \(\d+ bytes of work\), "
+        r"more than the \d+ bytes left of the \d+ one operation may do with this model "
+        r"\(8 times its \d+ bytes plus 0\); refused before allocating them",
     ):
         from_onnx(model)
 

@@ -9,21 +9,33 @@ model. :func:`load_model` is the same with every tensor's data read into the mod
 :func:`tensor_shapes` lists the tensors a model stores from their headers.
 :class:`OnnxFormatError` is every refusal of an ONNX file or graph.
 
+A model whose only fault is the order of its nodes (onnx's checker wants every graph sorted
+topologically; onnxruntime runs such a model) is read with each unsorted graph's nodes sorted
+(:func:`sort_graphs`: stable, O(n log n), no recursion) and checked again; a graph with a cycle
+stays refused.
+
 Memory: a file is held at most twice at once. onnx's checker reads the file by its path (its
 bytes and its parsed model) before the file is read here, then the bytes read here are parsed
-and dropped; nothing serialises the model again. A file that changes meanwhile is refused.
+and dropped; nothing serialises the model again (a model checked again after its nodes were
+sorted is checked without its large initializers, which the first check passed). A file that
+changes meanwhile is refused. Depth: protobuf parses at most 100 levels of nested messages
+(python's upb ``upb_DecodeOptions_MaxDepth`` and onnx's C++ parser alike: an ``If`` nests 3, so
+about 31 nested subgraphs), and onnx's checker refuses function calls nested more than 100 deep;
+nothing here recurses. :class:`Work` is the budget of what one operation may do with a model's
+values (:mod:`cudnn_rnn.formats.onnx_eval`).
 
 onnx is imported only when a function here runs (:func:`cudnn_rnn.formats.onnx_graph.import_onnx`).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import sys
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,13 +47,16 @@ __all__ = [
     "GRAPH",
     "GRAPHS",
     "STANDARD_DOMAINS",
+    "WORK_CONSTANT",
+    "WORK_FACTOR",
     "Loaded",
     "OnnxFormatError",
+    "Work",
     "array_of",
-    "check_model",
     "load_checked",
     "load_model",
     "shape_refusal",
+    "sort_graphs",
     "source_model",
     "tensor_shapes",
     "tensors_of",
@@ -64,16 +79,57 @@ GRAPH, GRAPHS = 5, 10
 _MAX_PROTOBUF = 2**31 - 1
 #: External tensors up to this size are read in for shape inference (shapes, indices, axes).
 _SMALL_EXTERNAL = 1 << 16
+#: What onnx's checker says of a graph whose nodes are not sorted topologically.
+_UNSORTED = "must be topologically sorted"
+
+#: The work one operation (a listing, a read) may do with a model's values, in bytes: this many
+#: times the model's bytes (its external data included) ...
+WORK_FACTOR = 8
+#: ... plus this many (a small model's shapes, constants and walks).
+WORK_CONSTANT = 16 << 20
+
+
+class Work:
+    """The bytes of work one operation may still do with a model's values: every value it
+    evaluates or converts (initializers read, outputs of the nodes evaluated, weights
+    dequantized), each step of a walk through its graphs, each node evaluated, charged before it
+    is done, never given back. At most ``WORK_FACTOR`` times the model's bytes plus
+    ``WORK_CONSTANT`` in all, so that what one operation holds and the time it takes are at most
+    proportional to its file, whatever the file asks for."""
+
+    def __init__(self, data_bytes: int) -> None:
+        self.data_bytes = data_bytes
+        self.limit = WORK_FACTOR * max(data_bytes, 0) + WORK_CONSTANT
+        self.left = self.limit
+
+    def take(self, cost: int) -> bool:
+        """Whether ``cost`` bytes of work are left; if so they are taken."""
+        if cost < 0 or cost > self.left:
+            return False
+        self.left -= cost
+        return True
+
+    def says(self) -> str:
+        """What is left, in words (for a refusal)."""
+        return (
+            f"{self.left} bytes left of the {self.limit} one operation may do with this model "
+            f"({WORK_FACTOR} times its {self.data_bytes} bytes plus {WORK_CONSTANT})"
+        )
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """A checked model and what reading its values needs."""
+    """A checked model and what reading its values needs: the model, where its external data
+    is, its bytes, and the one budget (:class:`Work`) of the operation that loaded it."""
 
     model: Any  # onnx.ModelProto; initializers kept in external data are not read into it
     folder: str | None  # the folder of its external data files (None: a loaded ModelProto)
     data_bytes: int  # its bytes (a file's size) and those of its initializers' external data
     shape_error: str | None  # what strict shape inference refused (None: nothing or not run)
+    work: Work = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "work", Work(self.data_bytes))
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:
@@ -148,10 +204,14 @@ def load_checked(path: str | os.PathLike[str], owner: str, *, shapes: bool = Fal
         for tensor, length in external:
             if length <= _SMALL_EXTERNAL:
                 _read_in(tensor, _external_bytes(onnx, tensor, folder, label))
-        shape_error = shape_refusal(onnx, model)
+        if not _only_unsorted(invalid):
+            shape_error = shape_refusal(onnx, model)
     if not by_path:
         invalid = _refusal(lambda: onnx.checker.check_model(model))
-        shape_error = shape_refusal(onnx, model) if shapes and invalid is None else None
+        if not _only_unsorted(invalid):
+            shape_error = shape_refusal(onnx, model) if shapes and invalid is None else None
+    if invalid is not None and _only_unsorted(invalid):
+        invalid, shape_error = _check_sorted(onnx, model, shapes, invalid)
     if invalid is not None:
         raise OnnxFormatError(f"{label}: the model is not valid ONNX: {invalid}")
     size = before.st_size + sum(length for _, length in external)
@@ -217,12 +277,133 @@ def _not_regular(err: files.NotRegularFile, label: str) -> OnnxFormatError:
     )
 
 
-def check_model(onnx: Any, model: Any, label: str) -> None:
-    """onnx.checker on a loaded model (it serialises the model: for a file, :func:`load_checked`
-    checks it by its path instead)."""
-    invalid = _refusal(lambda: onnx.checker.check_model(model))
-    if invalid is not None:
-        raise OnnxFormatError(f"{label}: the model is not valid ONNX: {invalid}")
+def _only_unsorted(invalid: str | None) -> bool:
+    """Whether the checker's refusal ``invalid`` is of nodes out of topological order."""
+    return invalid is not None and _UNSORTED in invalid
+
+
+def _check_sorted(
+    onnx: Any, model: Any, shapes: bool, invalid: str
+) -> tuple[str | None, str | None]:
+    """What onnx's checker (and with ``shapes`` strict shape inference) refuses in ``model``
+    once its unsorted graphs are sorted in place; ``invalid`` (the first refusal) when a graph
+    has a cycle, which no order mends. The model is checked without its main graph's large
+    initializers (graph inputs of their type instead), which the first check passed before it
+    came to the nodes: so it is not serialised whole again."""
+    try:
+        if not sort_graphs(model):
+            return invalid, None
+        skeleton = _skeleton(onnx, model)
+    except UnicodeDecodeError as err:  # a name or text field that protobuf's Python cannot read
+        return f"{invalid}; and its text is not UTF-8 ({files.escape(err.reason)})", None
+    again = _refusal(lambda: onnx.checker.check_model(skeleton))
+    shape_error = shape_refusal(onnx, skeleton) if shapes and again is None else None
+    return again, shape_error
+
+
+def _skeleton(onnx: Any, model: Any) -> Any:
+    """A copy of ``model`` without its main graph's large or external initializers: each is a
+    graph input of its dtype and shape instead (small ones, which shape inference may need the
+    values of, are kept)."""
+    skeleton = onnx.ModelProto()
+    _copy_fields(model, skeleton, skip="graph")
+    graph = model.graph
+    _copy_fields(graph, skeleton.graph, skip="initializer")
+    inputs = {i.name for i in graph.input}
+    for tensor in graph.initializer:
+        bits = _element_bits(onnx, tensor.data_type)
+        small = (
+            len(tensor.string_data) <= 1024
+            if bits is None
+            else _count(tensor.dims) * bits <= 8 * _SMALL_EXTERNAL
+        )
+        if small and not _is_external(tensor):
+            skeleton.graph.initializer.add().CopyFrom(tensor)
+        elif tensor.name not in inputs:
+            inputs.add(tensor.name)
+            skeleton.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+    return skeleton
+
+
+def _copy_fields(source: Any, target: Any, skip: str) -> None:
+    """Copy every field of the message ``source`` into ``target`` but the one named ``skip``."""
+    for descriptor, value in source.ListFields():
+        if descriptor.name == skip:
+            continue
+        if descriptor.is_repeated:
+            getattr(target, descriptor.name).extend(value)
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            getattr(target, descriptor.name).CopyFrom(value)
+        else:
+            setattr(target, descriptor.name, value)
+
+
+def sort_graphs(model: Any) -> bool:
+    """Sort the nodes of every graph of ``model`` (the main graph, subgraphs, model-local
+    functions' bodies) that are not in topological order, in place. A node comes after the
+    nodes of its graph that compute its inputs or a name its subgraphs use; of the nodes that
+    may come next, the first in the file comes next, so a sorted graph keeps its order. Returns
+    False when a graph has a cycle (that graph left as it was). Explicit stacks, no recursion:
+    O(n log n) a graph; a subgraph's names are collected once for each graph around it
+    (protobuf bounds that nesting)."""
+    bodies: list[Any] = [model.graph, *model.functions]
+    sorted_all = True
+    while bodies:
+        body = bodies.pop()
+        nodes = list(body.node)
+        for node in nodes:
+            for attribute in node.attribute:
+                bodies += [attribute.g] if attribute.type == GRAPH else list(attribute.graphs)
+        order = _topological(nodes)
+        if order is None:
+            sorted_all = False
+        elif order != list(range(len(nodes))):
+            rank = {id(nodes[k]): position for position, k in enumerate(order)}
+            body.node.sort(key=lambda n: rank[id(n)])  # moves the messages: no copy
+    return sorted_all
+
+
+def _topological(nodes: list[Any]) -> list[int] | None:
+    """A topological order of ``nodes`` (indices), the file's where it is one, None for a
+    cycle."""
+    produced = {out: k for k, node in enumerate(nodes) for out in node.output if out}
+    after: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for k, node in enumerate(nodes):
+        before = {produced[n] for n in _names_used(node) if n in produced} - {k}
+        for j in before:
+            after[j].append(k)
+        waiting[k] = len(before)
+    ready = [k for k, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for j in after[k]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    return order if len(order) == len(nodes) else None
+
+
+def _names_used(node: Any) -> set[str]:
+    """The names ``node`` reads: its inputs, and every name the nodes and outputs of its
+    subgraphs (at any depth) use."""
+    names = {n for n in node.input if n}
+    graphs: list[Any] = []
+    for a in node.attribute:
+        graphs += [a.g] if a.type == GRAPH else list(a.graphs)
+    while graphs:
+        graph = graphs.pop()
+        names.update(o.name for o in graph.output)
+        for inner in graph.node:
+            names.update(n for n in inner.input if n)
+            for a in inner.attribute:
+                graphs += [a.g] if a.type == GRAPH else list(a.graphs)
+    return names
 
 
 def shape_refusal(onnx: Any, model: Any) -> str | None:
@@ -500,7 +681,16 @@ def source_model(onnx: Any, source: Any, owner: str, *, shapes: bool = False) ->
                 f"{owner}: tensors {stored[:3]} of the model keep their data in external files, "
                 "which a loaded ModelProto cannot locate; pass the model's path instead."
             )
-        check_model(onnx, source, owner)
-        shape_error = shape_refusal(onnx, source) if shapes else None
+        invalid = _refusal(lambda: onnx.checker.check_model(source))
+        shape_error = None
+        if _only_unsorted(invalid):  # the caller's model is left as it is: a copy is sorted
+            copy = onnx.ModelProto()
+            copy.CopyFrom(source)
+            source = copy
+            invalid, shape_error = _check_sorted(onnx, source, shapes, str(invalid))
+        elif shapes and invalid is None:
+            shape_error = shape_refusal(onnx, source)
+        if invalid is not None:
+            raise OnnxFormatError(f"{owner}: the model is not valid ONNX: {invalid}")
         return Loaded(source, None, int(source.ByteSize()), shape_error)
     raise TypeError(f"{owner}: expected a path or an onnx.ModelProto, got {type(source).__name__}.")

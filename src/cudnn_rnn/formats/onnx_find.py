@@ -1,11 +1,18 @@
 """Where the RNNs of an ONNX model are, and what each computes.
 
 :func:`list_rnns` walks every graph of a model (the main graph, ``If``/``Loop``/``Scan``
-subgraphs, model-local functions at each call), examines each standard LSTM, GRU and RNN node
-(:func:`examine`: its mode, sizes, weights and every reason cuDNN's math does not compute it),
-groups nodes that form one stack of layers, and names each RNN by its path: the
-:class:`~cudnn_rnn.formats.found.FoundRNN` records ``find_rnns`` returns and the targets a name
-picks.
+subgraphs, model-local functions at each call; at most :data:`MAX_NESTING` deep, each step
+charged to the operation's work budget), examines each RNN node (:func:`examine`: its mode,
+sizes, weights and every reason cuDNN's math does not compute it), groups nodes that form one
+stack of layers, and names each RNN by its path: the :class:`~cudnn_rnn.formats.found.FoundRNN`
+records ``find_rnns`` returns and the targets a name picks.
+
+RNN nodes are the standard LSTM, GRU and RNN operators; the quantized operators of
+:data:`QUANTIZED` (onnxruntime's ``com.microsoft`` ``DynamicQuantizeLSTM``, what its
+``quantize_dynamic`` writes for an LSTM), read with their weights dequantized and a note that
+says so; and any other operator, of any domain, whose type names an LSTM, a GRU or an RNN
+(``AttnLSTM``, ``GRUUnit``, an ``LSTM`` of another domain): listed with what its attributes say
+(``hidden_size``, ``direction``) and the reason it is not computed, never skipped.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import importlib
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,18 +36,21 @@ from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.formats.found import FoundRNN
 from cudnn_rnn.formats.onnx_eval import (
     LAYOUT_OPS,
+    RUN_COST,
     STATE_OPS,
+    STEP_COST,
     Evaluator,
     Scope,
     _Unevaluable,
-    attributes,
     product,
 )
 from cudnn_rnn.formats.onnx_file import GRAPH, GRAPHS, STANDARD_DOMAINS, Loaded, OnnxFormatError
 from cudnn_rnn.formats.onnx_graph import ONNX_OPS
 
 __all__ = [
+    "MAX_NESTING",
     "MAX_WALK",
+    "QUANTIZED",
     "RNN_OPS",
     "STATE_INPUTS",
     "Listing",
@@ -50,6 +60,7 @@ __all__ = [
     "Target",
     "examine",
     "list_rnns",
+    "rnn_kind",
     "stack_record",
 ]
 
@@ -63,6 +74,24 @@ _DEFAULT_ACTIVATIONS = {
 #: The RNN operators' types, and their gates per direction.
 RNN_OPS = frozenset(op.op_type for op in ONNX_OPS.values())
 _GATE_COUNT = {m.onnx_op: m.num_gates for m in MODES.values()}
+#: Quantized RNN operators read with their weights dequantized: (domain, op_type) -> the
+#: standard operator they compute. onnxruntime's contrib DynamicQuantizeLSTM takes the LSTM's
+#: inputs and attributes (no ``layout``), its W [D, I, 4H] and R [D, H, 4H] (transposed from
+#: the LSTM's) int8 or uint8, and their scales and zero points per direction ([D]) or per
+#: output channel ([D, 4H]) as inputs 8 to 11.
+QUANTIZED = {("com.microsoft", "DynamicQuantizeLSTM"): "LSTM"}
+#: The type of an operator that is an RNN of some kind, whatever its domain.
+_RNN_LIKE = re.compile("LSTM|GRU|RNN", re.IGNORECASE)
+#: The attributes of an RNN node that :func:`examine` reads.
+_ATTRIBUTES = (
+    "activations",
+    "clip",
+    "direction",
+    "hidden_size",
+    "input_forget",
+    "layout",
+    "linear_before_reset",
+)
 #: A node's op type -> the cuDNN mode a record names when its activations are not cuDNN's.
 _KIND = {"LSTM": CUDNN_LSTM, "GRU": CUDNN_GRU}
 #: The RNN node inputs that carry states or lengths: (input index, name).
@@ -70,6 +99,9 @@ STATE_INPUTS = ((4, "sequence_lens"), (5, "initial_h"), (6, "initial_c"))
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 #: Nodes visited in all (graphs, subgraphs, each call of a function) before find_rnns refuses.
 MAX_WALK = 500_000
+#: Graphs and function calls nested in each other at most (onnx's checker refuses function
+#: calls nested more than 100 deep, protobuf parses 100 levels of messages: 3 per subgraph).
+MAX_NESTING = 100
 #: Elements of the probe that checks the layout ops between two stacked RNN nodes.
 _MAX_PROBE = 1 << 18
 
@@ -111,6 +143,8 @@ class Seen:
     reasons: list[str]
     shape_reasons: list[str]
     state_reasons: list[str]
+    notes: list[str] = field(default_factory=list)  # what a user must know (dequantized)
+    quantized: str | None = None  # the dtype of quantized weights (read dequantized)
 
     @property
     def all_reasons(self) -> list[str]:
@@ -140,11 +174,25 @@ class Seen:
         )
 
 
+def rnn_kind(node: Any) -> str | None:
+    """What kind of RNN node ``node`` is: ``"standard"`` (ONNX's LSTM, GRU, RNN),
+    ``"quantized"`` (:data:`QUANTIZED`), ``"other"`` (another operator whose type names an
+    LSTM, a GRU or an RNN, of any domain), or None (no RNN)."""
+    if node.domain in STANDARD_DOMAINS and node.op_type in RNN_OPS:
+        return "standard"
+    if (node.domain, node.op_type) in QUANTIZED:
+        return "quantized"
+    return "other" if _RNN_LIKE.search(_text(node.op_type)) else None
+
+
 def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
-    """Every fact about an RNN node and every reason cuDNN's math does not compute it; with
-    ``states``, constant initial states and lengths are reasons too."""
-    attrs = attributes(onnx, scope.resolved(node))
-    op = node.op_type
+    """Every fact about an RNN node (:func:`rnn_kind`) and every reason cuDNN's math does not
+    compute it; with ``states``, constant initial states and lengths are reasons too."""
+    kind = rnn_kind(node)
+    if kind == "other":
+        return _other(node, scope)
+    attrs = scope.attributes(node, _ATTRIBUTES)
+    op = QUANTIZED[(node.domain, node.op_type)] if kind == "quantized" else node.op_type
     reasons: list[str] = []
     direction = attrs.get("direction", "forward")
     if direction not in ("forward", "bidirectional"):
@@ -175,7 +223,7 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
     if layout not in (0, 1):
         reasons.append(f"has layout={layout!r}; ONNX defines 0 (time-major) and 1 (batch-major)")
 
-    def weight(index: int, what: str) -> np.ndarray | None:
+    def weight(index: int, what: str, dtypes: tuple[str, ...] = _FLOAT_DTYPES) -> Any:
         name = node.input[index] if len(node.input) > index else ""
         if name == "":
             return None
@@ -190,15 +238,19 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
                 "from constants; only constant weights can be read"
             )
             return None
-        if value.dtype.name not in _FLOAT_DTYPES:
-            reasons.append(
-                f"its {what} input {name!r} is {value.dtype.name}; RNN weights are float16, "
-                "bfloat16, float32 or float64"
-            )
+        if value.dtype.name not in dtypes:
+            kinds = ", ".join(dtypes[:-1]) + " or " * (len(dtypes) > 1) + dtypes[-1]
+            whose = "RNN weights are" if dtypes == _FLOAT_DTYPES else "it must be"
+            reasons.append(f"its {what} input {name!r} is {value.dtype.name}; {whose} {kinds}")
             return None
         return value
 
-    w, r = weight(1, "W"), weight(2, "R")
+    notes: list[str] = []
+    quantized = None
+    if kind == "quantized":
+        w, r, quantized = _dequantized(node, scope, weight, reasons, notes)
+    else:
+        w, r = weight(1, "W"), weight(2, "R")
     if len(node.input) < 3 or not node.input[1] or not node.input[2]:
         reasons.append("has no W or R input")
     b = weight(3, "B")
@@ -218,13 +270,12 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
         hidden = int(attrs["hidden_size"])
     elif r is not None:
         hidden = int(r.shape[-1])
-    named = {"forward": CUDNN_RNN_UNIDIRECTION, "bidirectional": CUDNN_RNN_BIDIRECTION}
     return Seen(
-        op,
+        node.op_type,
         mode,
         hidden,
         dirs,
-        named.get(direction) if isinstance(direction, str) else None,
+        _DIRECTIONS.get(direction) if isinstance(direction, str) else None,
         layout if layout in (0, 1) else 0,
         w,
         r,
@@ -232,6 +283,105 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
         reasons,
         _shape_reasons(op, dirs, hidden, w, r, b),
         _state_reasons(node, scope) if states else [],
+        notes,
+        quantized,
+    )
+
+
+_DIRECTIONS = {"forward": CUDNN_RNN_UNIDIRECTION, "bidirectional": CUDNN_RNN_BIDIRECTION}
+#: The dtypes of quantized weights and of their scales.
+_QUANTIZED_DTYPES = ("int8", "uint8")
+_SCALE_DTYPES = ("float32",)
+
+
+def _dequantized(
+    node: Any, scope: Scope, weight: Any, reasons: list[str], notes: list[str]
+) -> tuple[np.ndarray | None, np.ndarray | None, str | None]:
+    """W and R of a DynamicQuantizeLSTM node dequantized, ``(q - zero_point) * scale`` in the
+    scales' dtype, transposed to the LSTM's [D, 4H, I] and [D, 4H, H]; a note that says so, or
+    reasons. The dequantized arrays are charged to the operation's work before they are made."""
+    out: list[np.ndarray | None] = []
+    dtypes = set()
+    per_channel = set()
+    for index, what in ((1, "W"), (2, "R")):
+        at_scale = 8 if what == "W" else 10  # then the zero point
+        q = weight(index, what, _QUANTIZED_DTYPES)
+        scale = weight(at_scale, f"{what}_scale", _SCALE_DTYPES)
+        zero = weight(at_scale + 1, f"{what}_zero_point", _QUANTIZED_DTYPES)
+        if q is None or scale is None or zero is None:
+            out.append(None)
+            continue
+        if q.ndim != 3:
+            reasons.append(f"its quantized {what} has shape {q.shape}; expected 3 dimensions")
+            out.append(None)
+            continue
+        d, _, g = q.shape
+        if scale.shape not in ((d,), (d, g)) or zero.shape != scale.shape or zero.dtype != q.dtype:
+            reasons.append(
+                f"its {what}_scale {scale.shape} and {what}_zero_point {zero.shape} "
+                f"({zero.dtype}) do not fit its quantized {what} {q.shape} ({q.dtype}): expected "
+                f"[{d}] (per direction) or [{d}, {g}] (per output channel), of {q.dtype}"
+            )
+            out.append(None)
+            continue
+        try:
+            scope.ev.charge(q.size * scale.dtype.itemsize, f"dequantizing {what}")
+        except _Unevaluable as err:
+            reasons.append(f"its quantized {what} cannot be dequantized: {err.what}")
+            out.append(None)
+            continue
+        value = np.empty((d, g, q.shape[1]), scale.dtype)
+        value[...] = np.swapaxes(q, 1, 2)  # exact: 8-bit integers
+        at = (slice(None), slice(None), None) if scale.ndim == 2 else (slice(None), None, None)
+        value -= zero.astype(scale.dtype)[at]  # exact, then one rounding:
+        value *= scale[at]
+        out.append(value)
+        dtypes.add(q.dtype.name)
+        per_channel.add(scale.ndim == 2)
+    if all(v is not None for v in out):
+        per = " and ".join(
+            "per output channel" if p else "per direction" for p in sorted(per_channel)
+        )
+        kind = " and ".join(sorted(dtypes))
+        notes.append(
+            f"its weights W and R are {kind} with a scale and a zero point {per}, read "
+            "dequantized ((weight - zero_point) * scale, in float32); onnxruntime computes "
+            f"{files.escape(node.op_type)}'s matmuls in 8-bit integers with each input "
+            "quantized as it runs, so its outputs differ from this layer's by that "
+            "quantization error"
+        )
+        return out[0], out[1], kind
+    return out[0], out[1], None
+
+
+def _other(node: Any, scope: Scope) -> Seen:
+    """What a listing says of an RNN-like operator no reader here computes: its attributes'
+    ``hidden_size`` and ``direction``, a mode its type names, and why it is not computed."""
+    attrs = scope.attributes(node, ("direction", "hidden_size"))
+    hidden = attrs.get("hidden_size")
+    direction = attrs.get("direction", "forward")
+    op_type, domain = _text(node.op_type), _text(node.domain)
+    mode = (
+        CUDNN_LSTM if "LSTM" in op_type.upper() else CUDNN_GRU if "GRU" in op_type.upper() else None
+    )
+    reason = (
+        f"has op type {files.escape(op_type)!r} of domain {files.escape(domain)!r}, "
+        "which our layers do not compute (they compute ONNX's LSTM, GRU and RNN, and "
+        "com.microsoft's DynamicQuantizeLSTM with its weights dequantized)"
+    )
+    return Seen(
+        op_type,
+        mode,
+        hidden if isinstance(hidden, int) and hidden > 0 else None,
+        2 if direction == "bidirectional" else 1,
+        _DIRECTIONS.get(direction) if isinstance(direction, str) else None,
+        0,
+        None,
+        None,
+        None,
+        [reason],
+        [],
+        [],
     )
 
 
@@ -316,6 +466,7 @@ class Target:
         """The record of this RNN, named ``name``: its facts and every reason."""
         first = self.seen[0]
         reasons = tuple(r for s in self.seen for r in s.all_reasons)
+        notes = tuple(dict.fromkeys(n for s in self.seen for n in s.notes))
         return FoundRNN(
             name,
             self.where,
@@ -332,7 +483,9 @@ class Target:
                 "op_type": first.op_type,
                 "layout": first.layout,
                 "dtype": first.dtype,
+                **({"quantized": first.quantized} if first.quantized else {}),
             },
+            notes=notes,
         )
 
 
@@ -419,8 +572,10 @@ def _names(entries: list[tuple[int, ...]], sites: list[Site]) -> dict[tuple[int,
 
 
 def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
-    """Every standard RNN node of the model in graph order, subgraphs and function bodies in
-    the place of the node that holds or calls them (an explicit stack: no recursion limit)."""
+    """Every RNN node of the model (:func:`rnn_kind`) in graph order, subgraphs and function
+    bodies in the place of the node that holds or calls them (an explicit stack, at most
+    :data:`MAX_NESTING` deep; each node visited charged to the operation's work with the text
+    of its path)."""
     functions = {(f.domain, f.name): f for f in model.functions}
     main = Scope.main(ev, model)
     frames = [_Frame(main, "", "", (), _steps(main.nodes))]
@@ -443,6 +598,7 @@ def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
         node = frame.scope.nodes[i]
         step = frame.steps[i]
         path, index_path = frame.path + step, frame.index_path + f"#{i}"
+        ev.charge(STEP_COST + len(path) + len(index_path), "walking the graphs")
         named = step == _text(node.name)
         short = (
             f"{files.escape(node.op_type)} {node.name!r}"
@@ -450,6 +606,14 @@ def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
             else f"{files.escape(node.op_type)} #{i}"
         )
         key = (node.domain, node.op_type)
+        holds = key in functions or any(a.type in (GRAPH, GRAPHS) for a in node.attribute)
+        if holds and len(frame.scope.trail) >= MAX_NESTING:
+            raise OnnxFormatError(
+                f"{owner}: {files.escape(node.op_type)} node {node.name!r} "
+                f"{files.clip(frame.scope.where, 200)} is nested in {len(frame.scope.trail)} "
+                f"graphs and function calls, and holds or calls more; at most {MAX_NESTING} "
+                "are walked."
+            )
         if key in functions:
             if key in frame.calls:
                 raise OnnxFormatError(
@@ -465,8 +629,8 @@ def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
                 )
             )
             continue
-        if node.domain in STANDARD_DOMAINS and node.op_type in RNN_OPS:
-            label = f"{node.op_type} node " + (
+        if rnn_kind(node) is not None:
+            label = f"{files.escape(_text(node.op_type))} node " + (
                 repr(node.name) if named else f"#{i}" + (f" ({node.name!r})" if node.name else "")
             )
             sites.append(
@@ -585,6 +749,11 @@ def _lays_out(
                     return False
                 feeds[name] = value
     shape = (t, d, b, h) if seen.layout == 0 else (b, t, d, h)
+    # The probe, its copies through the chain, and the chain's one-node models: charged.
+    ev.charge(
+        8 * product(shape) * (len(chain) + 2) + RUN_COST * len(chain),
+        "checking the layout between two RNN nodes",
+    )
     probe = np.arange(product(shape), dtype=np.float64).reshape(shape)
     want = probe.transpose(0, 2, 1, 3) if seen.layout == 0 else probe
     want = want.reshape(*want.shape[:2], d * h)

@@ -56,7 +56,11 @@ def find_rnns(source: str | os.PathLike[str] | Any) -> list[FoundRNN]:
     ``Scan`` subgraphs (and any other graph attribute), and of model-local functions (once per
     call). Nodes that form one stack of layers (each next node's ``X`` is the ``Y`` before it,
     laid out as ``[T, B, D*H]`` by layout ops, same kind, both computable) are one record of
-    ``num_layers`` layers.
+    ``num_layers`` layers. onnxruntime's int8 ``com.microsoft`` ``DynamicQuantizeLSTM`` (what
+    ``quantize_dynamic`` makes of an LSTM) is an LSTM read with its weights dequantized, which
+    its record's ``notes`` say; any other operator whose type names an LSTM, a GRU or an RNN,
+    of any domain, is listed not computable, with the sizes its attributes give and the reason.
+    A model whose nodes are out of topological order is read in order.
 
     Each record's ``name`` is what ``from_onnx(source, node=name)`` takes: a node's path, its
     steps joined by ``/`` from the main graph: a node's name (as the file spells it, ``/``
@@ -72,12 +76,19 @@ def find_rnns(source: str | os.PathLike[str] | Any) -> list[FoundRNN]:
     sequence lengths; ``reasons`` lists every reason it does not (see
     :func:`cudnn_rnn.formats.onnx.from_onnx`), each a clause that follows the node's label.
     ``details``: ``nodes`` (the names of its nodes), ``op_type``, ``layout`` (1: batch-major,
-    call the layer with ``time_major=False``) and ``dtype`` (None when the weights cannot be
-    read).
+    call the layer with ``time_major=False``), ``dtype`` (None when the weights cannot be
+    read; float32 for dequantized weights) and, for a quantized RNN, ``quantized`` (the dtype
+    its weights are stored in).
+
+    Bounds: everything one call evaluates, dequantizes and walks is charged to one budget of 8
+    times the file's bytes (its external data included) plus 16 MiB, before it is done
+    (:class:`~cudnn_rnn.formats.onnx_file.Work`): a weight that would exceed it is a reason,
+    a walk that would, a refusal; graphs and function calls are walked at most 100 deep.
 
     Raises OnnxFormatError for a file that is not a readable ONNX model (as
     :func:`~cudnn_rnn.formats.onnx_file.load_model`), for a model-local function that calls
-    itself, and for graphs and function calls of more than 500,000 nodes in all; TypeError for
+    itself, for graphs and function calls of more than 500,000 nodes in all or nested more than
+    100 deep, and for a model whose graphs ask for more work than that budget; TypeError for
     another source.
     """
     owner = "find_rnns"
@@ -163,7 +174,7 @@ def _as_read(picked: _Picked, owner: str) -> ReadRNN:
             layout.pack(weights, biases, owner=owner)
         except ValueError as err:
             raise OnnxFormatError(str(err)) from err
-    return ReadRNN(picked.found, spec, weights, biases)
+    return ReadRNN(picked.found, spec, weights, biases, notes=picked.found.notes)
 
 
 class _NotOneStack(OnnxFormatError):
@@ -279,8 +290,8 @@ def _rnn_nodes(model: Any, owner: str) -> list[Any]:
         if n.domain not in STANDARD_DOMAINS or (n.domain, n.op_type) in local:
             raise _NotOneStack(
                 f"{owner}: node {n.name!r} is {n.op_type!r} of domain {n.domain!r}, not a "
-                "standard ONNX operator; our layer computes the standard LSTM, GRU and RNN "
-                "operators only."
+                "standard ONNX operator; a model read whole is a stack of the standard LSTM, "
+                "GRU and RNN operators only (a quantized LSTM is read by its name)."
             )
     rnn_nodes = [n for n in graph.node if n.op_type in RNN_OPS]
     if not rnn_nodes and _holds_rnn_nodes(model):
