@@ -25,10 +25,15 @@ __all__ = ["COMMANDS"]
 
 
 def _inspect(args: argparse.Namespace) -> None:
+    options = _keras_options(args)
+    given = {"activation": args.activation, **options}
+    model_files.check_options(args.path, given, spelling=model_files.CLI)  # in its words
     shapes = model_files.tensor_shapes(args.path, model_files.reader_of(args.path))
-    rnns = model_files.find_rnns(args.path, args.activation, **_keras_options(args))
+    rnns = model_files.find_rnns(args.path, args.activation, **options)
+    # Where nothing is found, what was looked at: the user can tell it was the right place.
+    looked = None if rnns else model_files.looked_at(args.path, shapes)
     if args.json:
-        _inspect_json(args.path, shapes, rnns)
+        _inspect_json(args.path, shapes, rnns, looked)
         return
     say(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
     names = {name: quote(name, None) for name in shapes}
@@ -37,7 +42,8 @@ def _inspect(args: argparse.Namespace) -> None:
         say(f"  {names[name]:<{width}}  {list(shape)!s:<14} {dtype}")
     computable = sum(r.computable for r in rnns)
     say(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
-    if not rnns:
+    if looked is not None:
+        say(f"  {looked.line()}")
         for line in _nothing_found(args.path, shapes):
             say(f"  {line}")
     for rnn in rnns:
@@ -55,9 +61,14 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _inspect_json(
-    path: str, shapes: dict[str, tuple[tuple[int, ...], str]], rnns: list[FoundRNN]
+    path: str,
+    shapes: dict[str, tuple[tuple[int, ...], str]],
+    rnns: list[FoundRNN],
+    looked: model_files.Looked | None,
 ) -> None:
-    """``inspect --json``: one JSON object (ASCII: whatever a file names is escaped by JSON)."""
+    """``inspect --json``: one JSON object (ASCII: whatever a file names is escaped by JSON).
+    ``looked_at`` is what was read where no RNN was found (:class:`model_files.Looked`'s
+    fields), else null."""
     document = {
         "path": path,
         "format": model_files.reader_of(path),
@@ -67,6 +78,7 @@ def _inspect_json(
             for name, (shape, dtype) in sorted(shapes.items())
         ],
         "rnns": [_record(r) for r in rnns],
+        "looked_at": None if looked is None else dataclasses.asdict(looked),
     }
     print(json.dumps(document, indent=2, ensure_ascii=True, default=str))
 
@@ -121,7 +133,8 @@ def _info(args: argparse.Namespace) -> None:
 
 
 def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) -> list[str]:
-    """What to tell a user whose file holds no RNN we read: where its RNN may still be."""
+    """What to tell a user whose file holds no RNN we read, beyond what was looked at: where
+    its RNN may still be."""
     from cudnn_rnn.formats.torch_state import find_groups
 
     kind = model_files.kind_of(path)
@@ -141,7 +154,7 @@ def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) ->
             "convert.from_numpy_canonical; other arrays can be given to it as a list in that "
             "order (docs/migration.md).",
         ]
-    return ["no RNN operator, layer or tensors named like one (see 'cudnn-rnn inspect --help')."]
+    return []  # what was looked at says it
 
 
 def _convert(args: argparse.Namespace) -> None:

@@ -15,8 +15,20 @@ On any failure (``BaseException`` included) the temporary file is removed and th
 it was. An ``OSError`` of the write is raised again as the same class, with ``filename`` the target
 (never the temporary file) and a ``strerror`` that says what stands in the way and how to fix it
 (:func:`write_problem`); an error about another file (one a content callable reads) is left as it
-is. Ownership, ACLs and extended attributes of an overwritten file are not carried over, and a
-symbolic link at ``path`` is replaced by the new file (as ``os.replace`` does).
+is. Ownership, ACLs and extended attributes of an overwritten file are not carried over.
+
+**Only a regular file is replaced.** ``os.replace`` swaps whatever directory entry ``path`` names
+for the new file: a FIFO, a socket or a device node (``/dev/null``, for a writer running as root)
+would silently become a regular file. So before anything is written, and again just before the
+rename, ``path`` is looked at (``os.stat``: symbolic links followed), and anything there that is
+not a regular file (a directory, a FIFO, a character or block device, a socket), or a symbolic
+link to one, is refused with :class:`NotRegularTarget` (an ``OSError``; for a directory also an
+``IsADirectoryError``) naming the path and what it is; nothing is written. A symbolic link to a
+regular file is replaced by the new file (the link, as ``os.replace`` does; the file it pointed to
+is left as it was); so is a dangling link or a link loop: nothing lies behind it to lose, and the
+new file is what the caller asked for at that name. What appears at ``path`` between the last look
+and the rename is still replaced: a rename cannot be made conditional on what it replaces.
+:func:`check_replaceable` is that look, for writers that must refuse before they start.
 
 **Temporary names and their cleanup.** The temporary file of ``DIR/NAME`` is
 ``DIR/.NAME.cudnn-rnn-PID-TOKEN.tmp``: hidden, derived from the target's name, carrying the writer's
@@ -39,8 +51,9 @@ same path at once.
 :func:`path_problem` and :func:`write_problem` put a failed path into words (which part of it is at
 fault, and how to fix it), for this module's errors and for the command line's.
 
-This module is pure standard library and imports nothing from the package, so every module can use
-it.
+This module is standard library only, but for :func:`cudnn_rnn.files.special_kind` (the words
+for what a path is, shared with the readers) and the error base :class:`cudnn_rnn.CudnnRNNError`
+(both standard library only, importing nothing else of the package), so every module can use it.
 
 >>> import os, pathlib, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "notes.txt")
@@ -65,12 +78,17 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from cudnn_rnn.errors import CudnnRNNError
+from cudnn_rnn.files import special_kind
+
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "NotRegularTarget",
+    "check_replaceable",
     "directory_lock",
     "fsync_directory",
     "link_or_copy",
@@ -93,6 +111,58 @@ _TAG = "cudnn-rnn"
 _in_flight: set[str] = set()  # names of this process's temporary files being written
 _in_flight_lock = threading.Lock()
 _fallback_lock = threading.Lock()  # directory_lock where the OS has no flock
+
+
+class NotRegularTarget(CudnnRNNError, OSError):
+    """A write refused before anything was written: ``filename`` is there and is not a regular
+    file (``kind``, in words: ``"a FIFO (named pipe)"``, ``"a character device"``...), or is a
+    symbolic link (``link``, what it points to) to such a thing. ``errno`` is None: the refusal
+    is ours, not the system's. ``problem`` says it in one line (:func:`write_problem` gives it).
+    """
+
+    def __init__(self, path: str, kind: str, link: str | None = None) -> None:
+        what = kind if link is None else f"a symbolic link to {kind} ({link})"
+        if kind == "a directory":
+            self.problem = f"{path} is {what}; remove it or choose another name"
+        else:  # never "remove it": it may be /dev/null
+            self.problem = (
+                f"{path} is {what}, not a regular file; only a regular file is replaced: "
+                "choose another name"
+            )
+        super().__init__(f"cannot write: {self.problem}")
+        self.filename = path
+        self.kind = kind
+        self.link = link
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type[NotRegularTarget], tuple[str, str, str | None]]:
+        return type(self), (self.filename, self.kind, self.link)
+
+
+class _DirectoryTarget(NotRegularTarget, IsADirectoryError):
+    """A directory where a file is to be written: an ``IsADirectoryError`` too."""
+
+
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """Refuse ``path`` as a file to write unless nothing is there, or a regular file, or a
+    symbolic link to one, or a dangling link (see "Only a regular file is replaced" in the
+    module): raises :class:`NotRegularTarget` naming it and what it is."""
+    target = os.fspath(path)
+    try:
+        info = os.stat(target)
+    except (OSError, ValueError):
+        return  # nothing, a dangling link or a loop (replaced); or what the write will report
+    kind = special_kind(info.st_mode)
+    if kind is None:
+        return
+    link = None
+    with contextlib.suppress(OSError):
+        if os.path.islink(target):
+            link = os.readlink(target)
+    error = _DirectoryTarget if stat.S_ISDIR(info.st_mode) else NotRegularTarget
+    raise error(target, kind, link)
 
 
 def _boundary(label: str) -> None:
@@ -210,11 +280,13 @@ def write_file(
     """
     directory, name = _split(path)
     target = os.path.join(directory, name)
+    check_replaceable(target)  # before anything is written
     mode = _existing_mode(target if mode_of is None else os.fspath(mode_of))
     with _naming(target) as about:
         with _temporary(directory, name) as temp:
             about.add(temp)
             _fill(temp, content, mode)
+            check_replaceable(target)  # again: writing may have taken long
             _boundary("replace")
             os.replace(temp, target)
     fsync_directory(directory)
@@ -250,13 +322,16 @@ def _chmod(f: BinaryIO, path: str, mode: int) -> None:
 
 def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Make ``dst`` a hard link to ``src`` (a copy, with ``src``'s mode, where the file system has
-    no hard links), replacing ``dst`` atomically; nothing to do when they are already one file."""
+    no hard links), replacing ``dst`` atomically; nothing to do when they are already one file.
+    Only a regular file is replaced (:func:`check_replaceable`), and only a regular file is
+    copied: a FIFO would block the copy, a device never end it."""
     directory, name = _split(dst)
     target = os.path.join(directory, name)
     source = os.fspath(src)
     with contextlib.suppress(OSError):
         if os.path.samefile(source, target):
             return
+    check_replaceable(target)
     with _naming(target) as about, _temporary(directory, name) as temp:
         about.add(temp)
         _boundary("link")
@@ -265,15 +340,29 @@ def link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> No
         except FileExistsError:
             raise
         except OSError:  # no hard links here (FAT, some network shares, protected_hardlinks)
+            _check_copied(source)
             with open(source, "rb") as f:
                 _fill(temp, lambda out: shutil.copyfileobj(f, out), _existing_mode(source))
+        check_replaceable(target)
         _boundary("replace")
         os.replace(temp, target)
     fsync_directory(directory)
 
 
+def _check_copied(source: str) -> None:
+    """Refuse to copy ``source`` unless it is a regular file (links followed)."""
+    try:
+        kind = special_kind(os.stat(source).st_mode)
+    except (OSError, ValueError):
+        return  # the open that follows reports it
+    if kind is not None:
+        raise OSError(f"cannot copy {source}: it is {kind}, not a regular file")
+
+
 def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """``os.replace(src, dst)``, then make the rename durable; an error names ``dst``."""
+    """``os.replace(src, dst)``, then make the rename durable; an error names ``dst``. Only a
+    regular file is replaced (:func:`check_replaceable`)."""
+    check_replaceable(dst)
     _boundary("replace")
     with _naming(os.fspath(dst)) as about:
         about.add(os.fspath(src))
@@ -298,6 +387,8 @@ def _naming(target: str) -> Iterator[set[str]]:
     try:
         yield about
     except OSError as err:
+        if isinstance(err, NotRegularTarget):
+            raise  # a refusal of ours, naming its path
         if err.errno is None or (err.filename is not None and err.filename not in about):
             raise  # a message of ours, or an error about another file
         raise type(err)(err.errno, f"cannot write: {write_problem(target, err)}", target) from err
@@ -375,6 +466,8 @@ def write_problem(path: str | os.PathLike[str], err: OSError) -> str:
     """Why writing the file ``path`` failed with ``err``, naming the part of the path at fault and
     saying how to fix it (one line)."""
     text = os.fspath(path)
+    if isinstance(err, NotRegularTarget):
+        return err.problem
     if err.errno is None:  # already one of our messages
         return str(err)
     problem = path_problem(text)

@@ -24,7 +24,12 @@ reading the output closed it. Long commands (``bench``) say on stderr what they 
 Bad arguments and unreadable files end with exit code 2 and one line that says what to do; so does
 every path that cannot be read or written (a name too long, a directory that cannot be searched or
 written, a symbolic link loop, a file where a directory should be, a full disk): the line names
-the path at fault, the output's when the output cannot be written.
+the path at fault, the output's when the output cannot be written. An output that is not a
+regular file (a directory, a FIFO, a device, a socket, or a symbolic link to one) is refused,
+never replaced (:func:`cudnn_rnn.atomic.check_replaceable`). An option that the reader of the
+file does not take (``--merge-layers`` for an ONNX model) is refused naming those it takes.
+``inspect`` of a file that holds no RNN says what it read (the format, how many nodes, tensors
+or weights, of which kinds: :func:`cudnn_rnn.model_files.looked_at`), exit status 0.
 
 What a file names (tensors, RNNs, layers, nodes) is printed quoted and escaped
 (:func:`cudnn_rnn.files.quote`), and every line printed, to stdout or stderr, is escaped

@@ -27,7 +27,10 @@ unknown                                the reader of the name's extension (the r
                                        with it; no such extension: :class:`UnsupportedFormat`
 =====================================  =======================================================
 
-Each format has one finder and one loader here (:data:`_FINDERS`, :data:`_LOADERS`); a reader
+Each format has one finder and one loader here (:data:`_FINDERS`, :data:`_LOADERS`), and one
+entry of :data:`_OPTIONS`, the options its reader takes: any other option given to
+:func:`load` or :func:`find_rnns` (or the command) is refused (:class:`OptionError`), never
+ignored. Where a file holds no RNN, :func:`looked_at` says what its reader looked at. A reader
 that returns data (:class:`cudnn_rnn.formats.found.ReadRNN`) is built into our layer in one
 place, :func:`_built`. One operation (:func:`cudnn_rnn._once.one_operation`) sniffs a file and
 parses its header or index once. Nothing is built from a file before its tensors were checked
@@ -36,8 +39,11 @@ against the model it describes (names, shapes, dtypes, and their bytes inside th
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable
+import re
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,14 +72,18 @@ __all__ = [
     "PYTHON",
     "READERS",
     "Contents",
+    "Looked",
+    "OptionError",
     "Spelling",
     "UnsupportedFormat",
     "UsageError",
+    "check_options",
     "contents",
     "find_rnns",
     "kind_of",
     "load",
     "load_layer",
+    "looked_at",
     "reader_of",
     "tensor_shapes",
 ]
@@ -82,6 +92,14 @@ __all__ = [
 class UnsupportedFormat(files.FormatError):
     """A file whose format, told by its content, the command cannot read (yet), or whose
     content is of no format it knows and whose name says none either."""
+
+
+class OptionError(UsageError, TypeError):
+    """An option that no reader of the file takes (a typo, ``forgetbias=0.0``; ``cell_clip=``
+    on a TF1 checkpoint; ``merge_layers=`` on an ONNX model): a ``TypeError``, as Python's own
+    for an unexpected keyword argument, and a :class:`UsageError`, which the command prints as
+    one line (exit 2). Its message names the options the file's reader takes, in the caller's
+    words (keyword arguments, or the command's options)."""
 
 
 @dataclass(frozen=True)
@@ -93,15 +111,20 @@ class Spelling:
     model: str  # picks one RNN of several
     activation: str  # says tanh or relu where the file does not
     lister: str  # what lists a file's RNNs
+    flags: bool = False  # options are the command's (--merge-layers), not keywords
 
 
-CLI = Spelling("--model NAME", "--activation tanh or --activation relu", "cudnn-rnn inspect")
+CLI = Spelling(
+    "--model NAME", "--activation tanh or --activation relu", "cudnn-rnn inspect", flags=True
+)
 PYTHON = Spelling(
     "name=NAME", 'activation="tanh" or activation="relu"', "cudnn_rnn.find_rnns(path)"
 )
 
 #: Each kind :func:`cudnn_rnn.files.sniff` tells -> the reader of its files (the registry's).
 READERS = {kind: f.name for f in registry.FORMATS for kind in f.kinds}
+#: Each reader -> its files, in words (the registry's titles, without their asides).
+_TITLES = {f.name: f.title.split(" (")[0] for f in registry.FORMATS}
 _SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
     "lstm": CudnnLSTMSaveable,
     "gru": CudnnGRUSaveable,
@@ -214,11 +237,15 @@ def find_rnns(
     torch state_dict groups at any prefix, Keras layers of nested models too, a checkpoint's
     models), its mode, sizes and direction, and whether cuDNN's math computes it (and if not,
     every reason). Each record's ``name`` is what :func:`load`'s ``name`` takes.
-    ``activation`` as in :func:`load`; ``keras`` are the Keras .h5 reader's options
-    (``confirm_keras_version``, ``merge_layers``)."""
+    ``activation`` and ``keras`` (the reader's options) as in :func:`load`, which takes the
+    same ones; an option the reader of the file does not take raises :class:`OptionError`
+    (options that change only the values read, ``forget_bias``, change nothing listed)."""
     path = os.fspath(path)
     with one_operation():
         reader = reader_of(path)
+        check_options(
+            path, {"activation": activation, **keras}, spelling=PYTHON, call="cudnn_rnn.find_rnns"
+        )
         key = f"find {activation} {sorted(keras.items())}"
         found: list[FoundRNN] = once(
             key, path, lambda: _FINDERS[reader](path, reader, activation, keras)
@@ -266,7 +293,7 @@ def _find_keras3(
 ) -> list[FoundRNN]:
     from cudnn_rnn.formats import keras3
 
-    return keras3.find_rnns(path)
+    return keras3.find_rnns(path, time_limit=keras.get("time_limit"))
 
 
 #: Each format of the registry -> what lists the RNNs of its files.
@@ -279,6 +306,95 @@ _FINDERS: dict[str, Callable[[str, str, str | None, dict[str, Any]], list[FoundR
     "keras3": _find_keras3,
 }
 
+#: Each format of the registry -> the options its reader takes, besides ``name`` and ``note``:
+#: what :func:`load` and :func:`find_rnns` accept for its files (the same for both; listing
+#: ignores those that change only values), and, through :data:`_FLAGS`, the command's. Any
+#: other option given is refused (:func:`check_options`), never ignored.
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    # Our checkpoints' BasicRNNCell models, and a torch state_dict's plain RNNs, do not record
+    # tanh or relu.
+    "safetensors": ("activation",),
+    "tf": ("activation", "forget_bias"),  # TF's standard cells: neither is stored
+    "onnx": (),  # the file records every activation; nothing else to choose
+    "torch": ("activation",),
+    "keras_h5": (
+        "activation",
+        "confirm_keras_version",
+        "merge_layers",
+        "time_limit",
+        "assume_cudnn_activations",  # (what activation= says, in the reader's own words)
+        "simple_rnn_activation",
+    ),
+    "keras3": ("time_limit",),
+}
+#: The options the command has, as it spells them.
+_FLAGS = {
+    "activation": "--activation",
+    "forget_bias": "--forget-bias",
+    "confirm_keras_version": "--keras-version",
+    "merge_layers": "--merge-layers",
+}
+
+
+#: What an option's default means, "not given": None, or False for the switches. An option
+#: some reader takes, given at that value, asks for nothing and is never refused; one that no
+#: reader takes (a typo) is refused whatever its value.
+_UNSET: dict[str, object] = {
+    **{o: None for takes in _OPTIONS.values() for o in takes},
+    "merge_layers": False,
+    "assume_cudnn_activations": False,
+}
+
+
+def check_options(
+    path: str,
+    options: Mapping[str, Any],
+    *,
+    spelling: Spelling = PYTHON,
+    call: str = "cudnn_rnn.load",
+) -> None:
+    """Refuse the ``options`` (name -> value; one at its default, :data:`_UNSET`, gives
+    nothing) that the reader of ``path`` does not take (:data:`_OPTIONS`): :class:`OptionError`
+    naming them, the options it takes and, for each, the files that take it or the option it
+    resembles (a typo); in the caller's words (``spelling``: keyword arguments of ``call``, or
+    the command's options)."""
+    reader = reader_of(path)
+    takes = _OPTIONS[reader]
+    given = [o for o, v in options.items() if o not in _UNSET or v is not _UNSET[o]]
+    unknown = [o for o in given if o not in takes]
+    if not unknown:
+        return
+    hints = "; ".join(h for h in (_option_hint(o, reader, spelling) for o in unknown) if h)
+    hints = f" ({hints})" if hints else ""
+    if spelling.flags:
+        own = [_FLAGS[o] for o in takes if o in _FLAGS]
+        what = ", ".join(own) if own else "none of " + ", ".join(_FLAGS.values())
+        flags = ", ".join(_FLAGS.get(o, o) for o in unknown)
+        verb = "does" if len(unknown) == 1 else "do"
+        raise OptionError(
+            f"{path}: {flags} {verb} not apply: the reader of {_TITLES[reader]} takes "
+            f"{what}{hints}."
+        )
+    plural = "s" if len(unknown) > 1 else ""
+    named = ", ".join(quote(o) for o in unknown)
+    what = ", ".join(takes) if takes else "no options"
+    raise OptionError(
+        f"{call}() got an unexpected keyword argument{plural} {named} for {path}: the reader of "
+        f"{_TITLES[reader]} takes {what}{hints}."
+    )
+
+
+def _option_hint(option: str, reader: str, spelling: Spelling) -> str | None:
+    """Which files take ``option``, or which option it may be a misspelling of."""
+    readers = [r for r, takes in _OPTIONS.items() if option in takes and r != reader]
+    shown = _FLAGS.get(option, option) if spelling.flags else quote(option)
+    if readers:
+        titles = " and ".join(_TITLES[r] for r in readers)
+        return f"{shown} is for {titles}"
+    known = sorted({o for takes in _OPTIONS.values() for o in takes} | {"name", "note"})
+    close = difflib.get_close_matches(option, known, n=1, cutoff=0.75)
+    return f"did you mean {quote(close[0])}?" if close else None
+
 
 def _standard_cells(reader: str, claims: Claims, kind: str) -> list[FoundRNN]:
     """The RNNs of TF's standard cells a TF1 checkpoint holds (LSTMCell, MultiRNNCell stacks,
@@ -287,7 +403,116 @@ def _standard_cells(reader: str, claims: Claims, kind: str) -> list[FoundRNN]:
         return []
     from cudnn_rnn.formats.tf1 import cells
 
-    return cells.find_cells({n: s for n, (s, _) in claims.items()}, kind)
+    shapes = {n: s for n, (s, _) in claims.items()}
+    return cells.find_cells(shapes, kind, {n: d for n, (_, d) in claims.items()})
+
+
+@dataclass(frozen=True)
+class Looked:
+    """What a reader looked at in a file where it found no RNN (``cudnn-rnn inspect`` says it,
+    so that a user can tell it looked in the right place): the file ``read_as``, how many
+    ``unit`` (nodes, tensors, weights) it holds, of which kinds (an ONNX graph's operators; the
+    groups its tensor names start with: modules, scopes, Keras layers without their ``_N``), and
+    what was looked for and not found."""
+
+    read_as: str
+    count: int
+    unit: str
+    kinds: dict[str, int]  # most common first
+    missing: str
+
+    def line(self, shown: int = 6) -> str:
+        """It in one line, the ``shown`` most common kinds named (a name from the file quoted,
+        an operator as it is)."""
+        nodes = self.unit == "nodes"
+        kinds = [
+            f"{n} {files.clip(files.escape(k), 40)}" if nodes else f"{n} under {files.quote(k, 40)}"
+            for k, n in self.kinds.items()
+        ]
+        more = len(kinds) - shown
+        named = ", ".join(kinds[:shown]) + (
+            f" and {more} more kind{'s' if more > 1 else ''}" if more > 0 else ""
+        )
+        return f"read {self.read_as}: {self.count} {self.unit} ({named or 'none'}); {self.missing}"
+
+
+#: Each reader -> (what its files are read as, what the listing looked for, in words).
+_LOOKED_FOR = {
+    "safetensors": (
+        "a safetensors file",
+        "no tensors named as our checkpoints name a model, nor as a torch.nn LSTM, GRU or RNN "
+        "names its own (weight_ih_l0, weight_hh_l0...)",
+    ),
+    "tf": (
+        "a TF1 checkpoint",
+        "no tensors named as tf.contrib.cudnn_rnn's saveables or TF's standard RNN cells name "
+        f"theirs (.../{tf_names.LSTM_CELL}/{tf_names.KERNEL}, .../lstm_cell/{tf_names.KERNEL}...)",
+    ),
+    "onnx": (
+        "an ONNX graph (subgraphs and functions included)",
+        "no LSTM, GRU or RNN operator",
+    ),
+    "torch": (
+        "a torch file",
+        "no tensors named as a torch.nn LSTM, GRU, RNN or RNN cell names its own "
+        "(weight_ih_l0, weight_hh_l0...)",
+    ),
+    "keras_h5": (
+        "a Keras .h5 file",
+        "no weights of an LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU layer (nor one inside a "
+        "Bidirectional or a nested model)",
+    ),
+    "keras3": (
+        "a Keras 3 .keras file",
+        "no LSTM, GRU or SimpleRNN layer (nor one inside a Bidirectional or a nested model)",
+    ),
+}
+_NUMBERED = re.compile(r"_[0-9]+\Z")  # Keras's second, third... layer of a kind: dense_1
+
+
+def looked_at(path: str, shapes: Mapping[str, tuple[tuple[int, ...], str]] | None = None) -> Looked:
+    """What the reader of ``path`` looked at (see :class:`Looked`): an ONNX model's nodes, at
+    any depth, by operator (the model is loaded again for this, as its reader loads it: only
+    where nothing was found); the tensors of the other formats, by the group their names start
+    with (a Keras layer's kind: its name without ``_N``): ``shapes``, the listing the caller
+    already made (:func:`tensor_shapes`), else listed here."""
+    reader = reader_of(path)
+    read_as, missing = _LOOKED_FOR[reader]
+    if reader == "onnx":
+        kinds = _onnx_operators(path)
+        return Looked(read_as, sum(kinds.values()), "nodes", kinds, missing)
+    if shapes is None:
+        shapes = tensor_shapes(path, reader)
+    groups: Counter[str] = Counter()
+    for name in shapes:
+        parts = [p for p in re.split(r"[/.]", name) if p]
+        if reader == "keras3" and len(parts) > 1 and parts[0] == "layers":
+            parts = parts[1:]  # layers/dense_1/vars/0: the place of a layer
+        head = parts[0] if parts else name
+        groups[_NUMBERED.sub("", head) if reader.startswith("keras") else head] += 1
+    unit = "weights" if reader.startswith("keras") else "tensors"
+    return Looked(read_as, len(shapes), unit, dict(groups.most_common()), missing)
+
+
+def _onnx_operators(path: str) -> dict[str, int]:
+    """Operator -> how many nodes of the model compute it: its graph, every subgraph and every
+    model-local function's body (an explicit stack: no recursion), most common first; an
+    operator of another domain than ONNX's is named ``domain.op``."""
+    from cudnn_rnn.formats import onnx_file
+
+    model = onnx_file.load_checked(path, "inspect").model
+    ops: Counter[str] = Counter()  # (ties in the order first met)
+    bodies = deque([model.graph.node, *(f.node for f in model.functions)])
+    while bodies:
+        for node in bodies.popleft():
+            standard = node.domain in onnx_file.STANDARD_DOMAINS
+            ops[node.op_type if standard else f"{node.domain}.{node.op_type}"] += 1
+            for a in node.attribute:
+                if a.type == onnx_file.GRAPH:
+                    bodies.append(a.g.node)
+                elif a.type == onnx_file.GRAPHS:
+                    bodies.extend(g.node for g in a.graphs)
+    return dict(ops.most_common())
 
 
 def unread_groups(path: str) -> list[str]:
@@ -343,8 +568,13 @@ def load_layer(
     checkpoint does not store). ``spelling``: how messages name the choices (the command's
     options, or the Python API's arguments). ``forget_bias``: what TF's LSTM cells added to the
     forget gate at run time (not stored in a checkpoint; TF's default 1.0 where not given).
+    An option that the reader of the file does not take (:data:`_OPTIONS`; one at its default
+    asks for nothing) raises :class:`OptionError`, in ``spelling``'s words.
     """
     with one_operation():
+        call = "cudnn_rnn.load" if spelling == PYTHON else "load_layer"
+        given = {"activation": activation, "forget_bias": forget_bias, **keras}
+        check_options(path, given, spelling=spelling, call=call)
         return _load_layer(path, activation, layer_name, model, note, spelling, forget_bias, keras)
 
 
@@ -363,11 +593,6 @@ def _load_layer(
         raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
     model = model if model is not None else layer_name
     ask = _Request(path, reader, model, activation, spelling, note, forget_bias, keras)
-    if forget_bias is not None and reader != "tf":
-        raise UsageError(
-            f"{path}: forget_bias is for TF1 checkpoints of TF's standard LSTM cells, which "
-            "this file is not."
-        )
     return _LOADERS[reader](ask)
 
 
@@ -471,12 +696,13 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
 def _load_keras3(ask: _Request) -> _CudnnRNN:
     from cudnn_rnn.formats import keras3
 
-    model = ask.model
+    model, time_limit = ask.model, ask.keras.get("time_limit")
     if model is None:
-        model = _only_one(ask.path, keras3.find_rnns(ask.path), ask.spelling)
+        found = keras3.find_rnns(ask.path, time_limit=time_limit)
+        model = _only_one(ask.path, found, ask.spelling)
         if model is None:
             raise UsageError(f"{ask.path}: holds no RNN layer.")
-    return _built(keras3.read(ask.path, model), ask.note, ask.path)
+    return _built(keras3.read(ask.path, model, time_limit=time_limit), ask.note, ask.path)
 
 
 def _built(read: ReadRNN, note: Callable[[str], None] | None, path: str) -> _CudnnRNN:
@@ -676,7 +902,15 @@ def load(
     ``BasicLSTMCell``, ``LSTMBlockCell``...) does not store (TF's default 1.0 where not given).
     ``note`` is told, in one line each, of anything read otherwise than asked and of what a
     user must know to compute what the producer computed. ``options`` go to the format's
-    reader (Keras .h5: ``confirm_keras_version``, ``merge_layers``).
+    reader (Keras .h5: ``confirm_keras_version``, ``merge_layers``, ``time_limit``,
+    ``assume_cudnn_activations``, ``simple_rnn_activation``; Keras 3: ``time_limit``). An
+    option that the reader of the file does not take raises :class:`OptionError` (a
+    ``TypeError``) naming those it takes: per format, ``safetensors`` and torch files take
+    ``activation``; TF1 checkpoints ``activation`` and ``forget_bias``; ONNX models none; Keras
+    .h5 files ``activation`` and their reader's options; Keras 3 files ``time_limit``. An
+    option that some reader takes,
+    given at its default (None; False for ``merge_layers``), asks for nothing and is accepted
+    for any file.
 
     The layer is built, on the CPU, in the file's floating dtype, holding the file's weights
     exactly (both biases of a gate where the format stores them). Raises

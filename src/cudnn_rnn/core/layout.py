@@ -29,6 +29,7 @@ module never imports torch.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ class Param:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def layout_of(spec: RNNSpec) -> Layout:
         nonlocal offset
         table.append(Param(len(table), layer, d, kind, gate, shape, offset if stored else None))
         if stored:
-            offset += int(np.prod(shape))
+            offset += math.prod(shape)
 
     for layer in range(spec.num_layers):
         for d in range(spec.num_dirs):
@@ -215,7 +216,7 @@ def layout_of(spec: RNNSpec) -> Layout:
         (b for f in fused for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh) if b is not None),
         key=lambda b: b.offset,
     )
-    ends = [b.offset + int(np.prod(b.shape)) for b in blocks]
+    ends = [b.offset + math.prod(b.shape) for b in blocks]
     if [b.offset for b in blocks] != [0, *ends[:-1]] or ends[-1] != offset:
         raise AssertionError(f"layout: the stacked blocks of {spec} do not tile the buffer")
     return Layout(spec, tuple(weights), tuple(biases), offset, fused, tuple(blocks))
@@ -237,8 +238,14 @@ def _fused(spec: RNNSpec, table: list[Param]) -> tuple[FusedParams, ...]:
             raise AssertionError("layout: recurrent matrices and biases are always stored")
         return found
 
+    # Grouped once: a scan of the table per layer-direction would make a layout of N layers
+    # cost O(N^2) (a MultiRNNCell of thousands of layers).
+    groups: dict[tuple[int, int, str], list[Param]] = {}
+    for p in table:
+        groups.setdefault((p.layer, p.direction, p.kind), []).append(p)
+
     def of(layer: int, d: int, kind: str) -> list[Param]:
-        return [p for p in table if p.layer == layer and p.direction == d and p.kind == kind]
+        return groups.get((layer, d, kind), [])
 
     out = []
     for layer in range(spec.num_layers):

@@ -39,22 +39,22 @@ config leaves out (``recurrent_activation="sigmoid"``, ``reset_after=True``). A
 
 The archive is read by the one bounded zip reader (:func:`cudnn_rnn.files.open_zip`: every entry
 checked before any member is inflated, each inflated to exactly its declared size and checked
-against its CRC); ``config.json`` may be at most :data:`MAX_CONFIG` bytes. HDF5 trusts its file's
-bytes (a corrupt file can make it loop or crash), so ``model.weights.h5`` is copied to a temporary
-file and read by the Keras ``.h5`` reader's separate process, under its time and memory limits
-(``time_limit=``, see :mod:`.keras_h5`), which looks at exactly the places the config names and
-follows no link out of the file; the weights' shapes are checked against the config before
-anything is built. Weights saved as ``model.weights.npz`` (a pickle) are refused. Problems with
-the file raise :class:`Keras3Error`; an RNN whose math is not cuDNN's is refused with a
-``ValueError`` naming every reason. ``h5py`` is needed (``pip install cudnn-rnn[h5]``); Keras is
-never imported.
+against its CRC); ``config.json`` may be at most :data:`MAX_CONFIG` bytes, nesting at most
+:data:`cudnn_rnn.files.MAX_JSON_DEPTH` deep (:func:`cudnn_rnn.files.load_json`). HDF5 trusts
+its file's bytes (a corrupt file can make it loop or crash), so ``model.weights.h5`` is copied
+to a temporary file and read by the Keras ``.h5`` reader's separate process, under its time and
+memory limits (``time_limit=``, see :mod:`.keras_h5`), which looks at exactly the places the
+config names and follows no link out of the file; the weights' shapes are checked against the
+config before anything is built. Weights saved as ``model.weights.npz`` (a pickle) are
+refused. Problems with the file raise :class:`Keras3Error`; an RNN whose math is not cuDNN's is
+refused with a ``ValueError`` naming every reason. ``h5py`` is needed (``pip install
+cudnn-rnn[h5]``); Keras is never imported.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import tempfile
@@ -234,10 +234,9 @@ def _weights(
 
 
 def _config(raw: bytes, who: str) -> dict[str, Any]:
-    try:
-        config = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        raise Keras3Error(f"{who}: its {CONFIG} is not JSON ({files.clip(str(err))}).") from err
+    config = files.load_json(
+        raw, lambda reason: Keras3Error(f"{who}: its {CONFIG} {reason}."), max_size=MAX_CONFIG
+    )
     if not isinstance(config, dict) or config.get("class_name") not in h5r._MODEL_CLASSES:
         cls = config.get("class_name") if isinstance(config, dict) else None
         raise Keras3Error(

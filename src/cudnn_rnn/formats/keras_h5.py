@@ -84,7 +84,9 @@ builds the layers itself.
 A file is checked before anything is built: it must be a regular file (a FIFO is refused before it
 is opened), its weights must have the names, ranks, dtypes and shapes its layers imply, they must
 live inside the file (no external or virtual datasets) and their bytes must fit in it. Problems
-with the file raise :class:`KerasH5Error`. ``h5py`` is an optional dependency
+with the file raise :class:`KerasH5Error`. The ``model_config`` JSON is read by the one bounded
+loader (:func:`cudnn_rnn.files.load_json`: at most :data:`MAX_CONFIG` bytes, nesting at most
+:data:`cudnn_rnn.files.MAX_JSON_DEPTH` deep). ``h5py`` is an optional dependency
 (``pip install cudnn-rnn[h5]``).
 
 h5py never opens the file in this process: HDF5 trusts a file's bytes, and a corrupt one can
@@ -157,6 +159,9 @@ _CLASSES: dict[str, tuple[str | None, bool]] = {
 _WRAPPER = "Bidirectional"
 _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _FLOAT_SIZES = (2, 4, 8)
+#: The largest ``model_config`` read, in bytes (a model of thousands of layers takes a few MiB),
+#: as Keras 3's ``config.json``; it nests at most :data:`cudnn_rnn.files.MAX_JSON_DEPTH` deep.
+MAX_CONFIG = 64 << 20
 
 #: What a Keras 2 reader assumes for a setting its config leaves out: the defaults of the oldest
 #: Keras that wrote such files (hard_sigmoid before 2.3, reset_after=False in tf.keras 1.x), so
@@ -752,6 +757,9 @@ def _parse(blob: bytearray, who: str) -> _File:
         length = int.from_bytes(blob[:_HEADER], "little")
         if len(blob) < _HEADER or length > len(blob) - _HEADER:
             raise ValueError(f"{len(blob)} bytes, a document of {length}")
+        # Our reader process's document, not the file's JSON: flat by construction (nodes in a
+        # list; an attribute nests at most HDF5's 32 dimensions), the file's model_config in
+        # it a string that _config_model parses with the bounded loader.
         doc = json.loads(blob[_HEADER : _HEADER + length].decode("utf-8"))
         if "open_error" in doc:
             raise KerasH5Error(
@@ -941,10 +949,9 @@ def _config_model(h5: _File) -> dict[str, Any] | None:
     if value is _MISSING:
         return None
     text = _text(value, "model_config", who)
-    try:
-        config = json.loads(text)
-    except (ValueError, RecursionError) as err:
-        raise KerasH5Error(f"{who}: model_config is not JSON ({err}).") from err
+    config = files.load_json(
+        text, lambda reason: KerasH5Error(f"{who}: model_config {reason}."), max_size=MAX_CONFIG
+    )
     if not isinstance(config, dict) or _model_layers(config) is None:
         raise KerasH5Error(f"{who}: model_config has no list of layers (class_name, config).")
     return config

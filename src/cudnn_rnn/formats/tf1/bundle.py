@@ -883,6 +883,9 @@ def write_bundle(
     ``checkpoint.restore``) read the old checkpoint, whenever the process dies; the next write of
     the prefix rolls an interrupted one back and removes its files. Writers of one directory are
     serialised by a lock. The protocol is in docs/checkpoint_format.md, "Crash safety".
+    Only regular files are replaced: a directory, FIFO, device or socket at ``PREFIX.index`` or
+    ``PREFIX.data-00000-of-00001`` (or a symbolic link to one) is refused before anything is
+    written, with :class:`cudnn_rnn.atomic.NotRegularTarget` naming it.
     """
     bf16 = set(bfloat16)
     unknown = sorted(bf16 - set(tensors))
@@ -912,9 +915,10 @@ def write_bundle(
     staged = _side_prefix(prefix_str, _STAGED)
     with atomic.directory_lock(directory):
         _settle(prefix_str)
+        # Before anything is written or backed up: only regular files are replaced (a FIFO,
+        # a device or a directory there, or a link to one, is refused naming it).
         for path in (prefix_str + ".index", _data_path(prefix_str, 0, 1)):
-            if os.path.isdir(path):
-                raise IsADirectoryError(f"write_bundle: {path} is a directory; remove it first.")
+            atomic.check_replaceable(path)
         try:
             live_data = _data_path(prefix_str, 0, 1)
             atomic.write_file(_data_path(staged, 0, 1), write_data, mode_of=live_data)

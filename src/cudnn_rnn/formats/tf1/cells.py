@@ -44,7 +44,9 @@ bidirectional stack exactly (layer ``l + 1`` reads both directions' outputs of l
 whose directions are each a ``MultiRNNCell`` of several layers is not: each direction runs its own
 stack. It is listed as one record that cuDNN's math does not compute, with that reason. Peepholes
 and the GRU cells (TF applies the reset gate to the state before the recurrent product, cuDNN to
-the product) are listed the same way, with their sizes.
+the product) are listed the same way, with their sizes; so is an RNN whose tensors are not all
+of one float dtype (an int32 or string kernel: the dtypes are the reason, where the index's dtypes
+are given), which :func:`read_cells` refuses with the same reason.
 
 Names that are something else are not read as cells: an optimizer's slots and moving averages
 (``.../kernel/Adam``: a further component after a variable's name), ``global_step``,
@@ -135,6 +137,8 @@ class TF1CellsError(files.FormatError):
 
 # -- the cells, as data -----------------------------------------------------------------------
 
+#: The dtypes an RNN's tensors may have (one of them, the same for all).
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 #: Variable roles, each with its names in the later (kernel/bias) and TF 1.0 generation.
 _KERNEL, _BIAS, _PROJ = "kernel", "bias", "projection"
 _PEEPHOLES = ("w_f_diag", "w_i_diag", "w_o_diag")
@@ -573,13 +577,21 @@ def _rename(record: _Record, name: str) -> _Record:
 # -- the record -------------------------------------------------------------------------------
 
 
-def _summary(record: _Record) -> tuple[dict[str, Any], list[str]]:
-    """The record's sizes and every reason cuDNN's math does not compute it."""
+def _summary(record: _Record, dtypes: Mapping[str, str] | None) -> tuple[dict[str, Any], list[str]]:
+    """The record's sizes and every reason cuDNN's math does not compute it (``dtypes``: the
+    tensors' dtype names, where known)."""
     cells = [c for layer in record.layers for c in layer]
     first = cells[0]
     problems = list(record.problems)
-    for c in cells:
-        problems += [p for p in c.problems if p not in problems]
+    seen = set(problems)
+    for c in cells:  # (a set: a stack of thousands of cells repeats their reasons)
+        for p in c.problems:
+            if p not in seen:
+                seen.add(p)
+                problems.append(p)
+    dtype_problem = _dtype_problem(cells, dtypes)
+    if dtype_problem is not None:
+        problems.append(dtype_problem)
     modes = sorted({c.mode for c in cells})
     mode: str | None = modes[0] if len(modes) == 1 else None
     if mode is None:
@@ -598,6 +610,20 @@ def _summary(record: _Record) -> tuple[dict[str, Any], list[str]]:
             problems.append(f"its cells differ in num_proj ({', '.join(map(str, projs))})")
         problems += _input_problems(record)
     return {"mode": mode, **sizes}, problems
+
+
+def _dtype_problem(cells: Sequence[_Cell], dtypes: Mapping[str, str] | None) -> str | None:
+    """Why the cells' tensors cannot be read as one RNN's floats (int32 kernels, strings, mixed
+    float dtypes), or None; None too where the dtypes are not known."""
+    if dtypes is None:
+        return None
+    found = sorted({dtypes[n] for c in cells for n in c.names.values() if n in dtypes})
+    if len(found) <= 1 and all(d in _FLOATS for d in found):
+        return None
+    return (
+        f"the RNN's tensors are {', '.join(found)}; expected one of {', '.join(_FLOATS)}, the "
+        "same for all"
+    )
 
 
 def _input_problems(record: _Record) -> list[str]:
@@ -623,8 +649,8 @@ def _input_problems(record: _Record) -> list[str]:
     return problems
 
 
-def _found(record: _Record, kind: str) -> FoundRNN:
-    summary, problems = _summary(record)
+def _found(record: _Record, kind: str, dtypes: Mapping[str, str] | None) -> FoundRNN:
+    summary, problems = _summary(record, dtypes)
     cells = [c for layer in record.layers for c in layer]
     mode = summary["mode"]
     generations = sorted({c.generation for c in cells if c.generation})
@@ -660,13 +686,18 @@ def _found(record: _Record, kind: str) -> FoundRNN:
     )
 
 
-def find_cells(shapes: Mapping[str, tuple[int, ...]], kind: str) -> list[FoundRNN]:
+def find_cells(
+    shapes: Mapping[str, tuple[int, ...]], kind: str, dtypes: Mapping[str, str] | None = None
+) -> list[FoundRNN]:
     """Every RNN of TF's standard cells that a TF1 checkpoint's names and shapes describe, one
     :class:`~cudnn_rnn.formats.found.FoundRNN` each, sorted by name (see the module for the
     cells, their stacks and pairs, and the names left to other readers).
 
     ``shapes`` is name -> shape of every tensor of the checkpoint (its index: no tensor is
-    read); ``kind`` is the file's kind, the records' ``format``. A record's ``name`` is the
+    read); ``kind`` is the file's kind, the records' ``format``; ``dtypes`` (name -> dtype name,
+    as the index says) makes an RNN whose tensors are not all of one float dtype (an int32 or
+    string kernel) one that cuDNN's math does not compute, with that reason, as
+    :func:`read_cells` refuses it. A record's ``name`` is the
     scope that identifies it (``rnn``, ``encoder/bidirectional_rnn``,
     ``stack_bidirectional_rnn``; where two would read the same, their full paths such as
     ``rnn/lstm_cell`` and ``rnn/multi_rnn_cell``), what :func:`read_cells` takes. Records of
@@ -675,12 +706,11 @@ def find_cells(shapes: Mapping[str, tuple[int, ...]], kind: str) -> list[FoundRN
     generation, the cells' scopes, and what the checkpoint does not store (``forget_bias``, a
     BasicRNNCell's activation: ``activation_known`` False).
     """
-    return [_found(r, kind) for r in _records(shapes)]
+    return [_found(r, kind, dtypes) for r in _records(shapes)]
 
 
 # -- reading one ------------------------------------------------------------------------------
 
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
 _OWNER = "read_cells"
 
 
@@ -713,7 +743,8 @@ def read_cells(
         )
     index = path if isinstance(path, tf1_bundle.BundleIndex) else tf1_bundle.open_bundle(path)
     where = f"TF1 checkpoint {index.prefix}"
-    shapes = {n: e.shape for n, e in index.entries.items()}
+    entries = index.entries
+    shapes = {n: e.shape for n, e in entries.items()}
     records = _records(shapes)
     record = next((r for r in records if r.name == name), None)
     if record is None:
@@ -722,7 +753,9 @@ def read_cells(
             f"{_OWNER}: {where} holds no RNN of TF's standard cells named {files.quote(name)}; "
             f"it holds {held}."
         )
-    found = _found(record, files.TF1)
+    cells = [c for layer in record.layers for c in layer]
+    wanted = [n for c in cells for n in c.names.values()]
+    found = _found(record, files.TF1, {n: entries[n].dtype for n in wanted})
     if not found.computable:
         raise TF1CellsError(f"{_OWNER}: {where}: {found.describe()}.")
     mode = found.mode or CUDNN_LSTM
@@ -742,9 +775,7 @@ def read_cells(
         num_proj=found.num_proj,
         owner=_OWNER,
     )
-    cells = [c for layer in record.layers for c in layer]
-    wanted = [n for c in cells for n in c.names.values()]
-    dtype = _dtype(index, wanted, where)
+    dtype: torch.dtype = getattr(torch, entries[wanted[0]].dtype)  # one float: checked
     arrays = tf1_bundle.read_bundle(index, names=wanted)
     blocks = {
         (k, d): _cell_blocks(cell, arrays, forget_bias if mode == CUDNN_LSTM else 0.0)
@@ -767,18 +798,6 @@ def _check_forget_bias(value: object) -> float:
     if not math.isfinite(float(value)):
         raise ValueError(f"{_OWNER}: forget_bias must be finite, got {value!r}.")
     return float(value)
-
-
-def _dtype(index: tf1_bundle.BundleIndex, names: list[str], where: str) -> torch.dtype:
-    """The one floating dtype of the tensors ``names``."""
-    dtypes = sorted({index.entries[n].dtype for n in names})
-    if len(dtypes) != 1 or dtypes[0] not in _FLOATS:
-        raise TF1CellsError(
-            f"{_OWNER}: {where}: the RNN's tensors are {', '.join(dtypes)}; expected one of "
-            f"{', '.join(_FLOATS)}, the same for all."
-        )
-    dtype: torch.dtype = getattr(torch, dtypes[0])
-    return dtype
 
 
 def _cell_blocks(

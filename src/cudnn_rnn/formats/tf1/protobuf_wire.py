@@ -14,7 +14,12 @@ significant group first, the high bit of each byte saying "more follows"::
     {1: [(0, 7)], 2: [(2, b'hi')]}
 
 The parsers trust nothing: every length is checked against the bytes that remain and anything
-malformed raises :class:`Malformed` (the caller adds the file's name). The encoders write what
+malformed raises :class:`Malformed` (the caller adds the file's name). They never recurse:
+:func:`parse_message` and :func:`scan_fields` read one level, a nested message's bytes kept as
+a payload; a caller descends only into the fields its schema names (a TF1 index: entry ->
+shape -> dimension, header -> version), so the nesting read is the schema's, a field of any
+depth it does not name is skipped as bytes, and the time is linear in the message (each level
+of the schema copies its payloads once). The encoders write what
 protobuf's own serializer writes (fields in order, proto3 defaults omitted).
 """
 
