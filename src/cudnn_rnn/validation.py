@@ -15,7 +15,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["DTYPES", "NUMPY_TO_TORCH", "check_dtype", "check_lengths", "check_one_device"]
+__all__ = [
+    "DTYPES",
+    "NUMPY_TO_TORCH",
+    "check_dtype",
+    "check_lengths",
+    "check_one_device",
+    "or_convert_owner",
+]
 
 DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 NUMPY_TO_TORCH = {
@@ -37,6 +44,22 @@ def check_dtype(owner: str, dtype: object) -> torch.dtype:
     raise ValueError(
         f"{owner}: only float16, bfloat16, float32 and float64 are supported, provided {dtype!r}."
     )
+
+
+def or_convert_owner(got: torch.dtype, clause: str) -> str:
+    """The second half of the advice for a tensor of dtype ``got`` that does not match its
+    owner's: ``clause`` (such as ``" or the cell with .to({})"``) filled with ``got`` where
+    ``got`` is a dtype the package computes in, so that no message suggests converting a
+    model to an integer, bool or complex dtype; otherwise a note saying which dtypes are.
+
+    >>> or_convert_owner(torch.float64, " or the cell with .to({})")
+    ' or the cell with .to(torch.float64)'
+    >>> or_convert_owner(torch.int32, " or the cell with .to({})")
+    ' (RNNs compute in float16, bfloat16, float32 or float64, not torch.int32)'
+    """
+    if got in DTYPES:
+        return clause.format(got)
+    return f" (RNNs compute in float16, bfloat16, float32 or float64, not {got})"
 
 
 def check_one_device(owner: str, what: str, tensors: Iterable[Tensor]) -> torch.device | None:

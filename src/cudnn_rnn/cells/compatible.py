@@ -46,7 +46,7 @@ from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDN
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.spec import check_int
 from cudnn_rnn.initializers import glorot_uniform
-from cudnn_rnn.validation import check_dtype
+from cudnn_rnn.validation import check_dtype, or_convert_owner
 
 __all__ = [
     "BasicRNNCell",
@@ -365,8 +365,9 @@ class _Cell(_RNNCell):
         if inputs.dtype != self.dtype:
             raise TypeError(
                 f"{owner}: inputs have dtype {inputs.dtype} but the cell's variables are "
-                f"{self.dtype}; convert the inputs with .to({self.dtype}) or make the cell with "
-                f"dtype={inputs.dtype}."
+                f"{self.dtype}; convert the inputs with .to({self.dtype})"
+                + or_convert_owner(inputs.dtype, " or make the cell with dtype={}")
+                + "."
             )
         # An explicit device wins; otherwise the variables go where the first inputs are.
         self._build(int(inputs.shape[1]), self._device or inputs.device)

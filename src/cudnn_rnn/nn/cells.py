@@ -5,8 +5,11 @@ A cell is the fused RNN of one layer over one step: its parameters (``weight_ih`
 into the one opaque buffer of that RNN, and a call runs ``cudnn_rnn::rnn`` on a sequence of one
 step, by the engines' rule (the native CPU engine for float32, cuDNN on CUDA). cuDNN's GRU
 (the reset gate applied after the recurrent product) is torch's ``GRUCell``. Arguments, results
-and errors are torch.nn's (the shape checks with aten's messages, which torch.nn's cells raise
-from their kernels). Like :mod:`cudnn_rnn.nn.modules`, they do not subclass torch.nn's cells.
+and errors are torch.nn's: the exception types, and the messages of its shape checks (aten's,
+which torch.nn's cells raise from their kernels); where aten's message is about its internals
+(a state's dtype, device or kind, a state batched unlike the input), ours names the mistake
+and its fix (:mod:`cudnn_rnn.nn._checks`). Like :mod:`cudnn_rnn.nn.modules`, they do not
+subclass torch.nn's cells.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import nn as tnn
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.nn import _flat
+from cudnn_rnn.nn import _checks, _flat
 from cudnn_rnn.nn.modules import checked, own_parameters, placed
 from cudnn_rnn.operator import rnn
 
@@ -126,13 +129,19 @@ class _Cell(tnn.Module):
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, input: Tensor, hx: Any = None) -> Any:
+        """torch.nn's forward, checked as torch.nn's cell and its kernel check (in that order,
+        with their exceptions): dimensions, then (:mod:`cudnn_rnn.nn._checks`) the kind of
+        ``hx``, sizes, devices and dtypes."""
         cls = type(self).__name__
         lstm = self._mode == CUDNN_LSTM
         if input.dim() not in (1, 2):
             raise ValueError(f"{cls}: Expected input to be 1D or 2D, got {input.dim()}D instead")
-        states = (hx if lstm else (hx,)) if hx is not None else None
-        if states is not None:
-            for i, value in enumerate(states):
+        if hx is not None:
+            if not lstm:
+                _checks.check_state_tensor(cls, hx)
+            elif not isinstance(hx, Tensor):  # (torch.nn iterates a tensor's rows)
+                _checks.check_pair(cls, hx, exact=False)
+            for i, value in enumerate(hx if lstm else (hx,)):
                 if value.dim() not in (1, 2):
                     what = f"hx[{i}]" if lstm else "hidden"
                     raise ValueError(
@@ -141,20 +150,26 @@ class _Cell(tnn.Module):
         is_batched = input.dim() == 2
         if not is_batched:
             input = input.unsqueeze(0)
-            states = tuple(s.unsqueeze(0) for s in states) if states is not None else None
-        if states is None:
+            if hx is not None and lstm:
+                _checks.check_pair(cls, hx, exact=False)
+                hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+            elif hx is not None:
+                hx = hx.unsqueeze(0)
+        if hx is None:
             zeros = torch.zeros(
                 input.size(0), self.hidden_size, dtype=input.dtype, device=input.device
             )
-            states = (zeros, zeros) if lstm else (zeros,)
-        out = self._step(input, states)
+            hx = (zeros, zeros) if lstm else zeros
+        elif lstm:  # what the kernel takes
+            _checks.check_pair(cls, hx, exact=True)
+        out = self._step(input, tuple(hx) if lstm else (hx,), is_batched)
         if not is_batched:
             out = tuple(o.squeeze(0) for o in out)
         return out if lstm else out[0]
 
-    def _step(self, x: Tensor, states: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        """One step of the operator on ``x [B, I]`` and ``states`` (each ``[B, H]``), checked
-        as aten checks torch.nn's cells."""
+    def _step(self, x: Tensor, states: tuple[Tensor, ...], batched: bool) -> tuple[Tensor, ...]:
+        """One step of the operator on ``x [B, I]`` and ``states`` (each ``[B, H]``; ``x``
+        was 1-D where not ``batched``), checked as aten checks torch.nn's cells."""
         mode = self._mode or _NONLINEARITY.get(getattr(self, "nonlinearity", ""), "")
         if not mode:
             raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
@@ -162,6 +177,7 @@ class _Cell(tnn.Module):
             raise RuntimeError(
                 f"input has inconsistent input_size: got {x.size(1)} expected {self.input_size}"
             )
+        _checks.check_cell_state_dims(type(self).__name__, states, batched)
         for i, s in enumerate(states):
             if s.size(0) != x.size(0):
                 raise RuntimeError(
@@ -172,14 +188,10 @@ class _Cell(tnn.Module):
                     f"hidden{i} has inconsistent hidden_size: got {s.size(1)}, expected "
                     f"{self.hidden_size}"
                 )
+        names = ["hx[0]", "hx[1]"] if len(states) > 1 else ["hx"]
+        weight = self._weights()[0]  # (weight_ih: the dtype and device of them all)
+        _checks.check_tensors(type(self).__name__, "cell", x, list(zip(names, states)), weight)
         params = self._buffer()
-        for name, t in (("input", x), *((f"hidden{i}", s) for i, s in enumerate(states))):
-            if t.dtype != params.dtype and not torch.is_autocast_enabled(t.device.type):
-                raise RuntimeError(
-                    f"{type(self).__name__}: {name} is {t.dtype} but the weights are "
-                    f"{params.dtype}; convert it with .to({params.dtype}) or the cell with "
-                    f".to({t.dtype})."
-                )
         x, states = x.to(params.dtype), tuple(s.to(params.dtype) for s in states)
         spec = RNNSpec(mode, 1, self.hidden_size, self.input_size)
         c0 = states[1].unsqueeze(0) if len(states) > 1 else None

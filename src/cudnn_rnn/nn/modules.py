@@ -5,8 +5,10 @@ messages: a torch.nn module is built on the ``meta`` device to check them), the 
 their names and order (``state_dict`` loads in both directions with torch.nn checkpoints),
 torch's default initialisation (the same values after the same ``torch.manual_seed``),
 ``all_weights``, ``flatten_parameters()``, ``repr``, pickling, deepcopy, ``.to()``,
-``.half()``, ``.double()``; the checks of ``forward`` are torch.nn's own methods. They do not
-subclass torch.nn's classes: ``torch.compile`` refuses to trace any subclass of
+``.half()``, ``.double()``; the checks of ``forward`` are torch.nn's own methods, and what
+torch.nn leaves to its kernels is checked before our engines run (:mod:`cudnn_rnn.nn._checks`),
+with torch.nn's exceptions and messages that say how to fix it. They do not subclass
+torch.nn's classes: ``torch.compile`` refuses to trace any subclass of
 ``torch.nn.LSTM``/``GRU``/``RNN`` (dynamo's ``allow_rnn``), which is the point of these, so
 ``isinstance(m, torch.nn.LSTM)`` is false (:func:`cudnn_rnn.nn.is_rnn` answers for both).
 What changes is underneath:
@@ -39,7 +41,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.nn import _flat
+from cudnn_rnn.nn import _checks, _flat
 from cudnn_rnn.operator import rnn
 from cudnn_rnn.validation import check_lengths
 
@@ -250,25 +252,39 @@ class _Fused(tnn.Module):
         """torch.nn's forward; ``sequence_lengths`` (ours, keyword): the length of each
         sequence of a padded batch (``[B]`` ints in ``[1, T]``; ``[1]`` or an int for an
         unbatched input): outputs past a length are 0, and the final states are each
-        sequence's last valid step's, as with a ``PackedSequence`` but without packing."""
+        sequence's last valid step's, as with a ``PackedSequence`` but without packing.
+
+        The arguments are checked as torch.nn checks them, in its order and with its
+        exceptions: its own methods (``check_forward_args``: dimensions, input size, the
+        states' sizes, the input's dtype), then what its kernels find
+        (:mod:`cudnn_rnn.nn._checks`: the kind of ``hx``, a ``PackedSequence``'s
+        ``batch_sizes``, no time steps, the states' dtype and device)."""
+        owner = type(self).__name__
         lstm = self.mode == "LSTM"
         num_directions = 2 if self.bidirectional else 1
         hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         packed = isinstance(input, PackedSequence)
         batch_sizes = sorted_indices = unsorted_indices = None
-        is_batched = True
+        is_batched, shape_as_given, no_steps = True, (), False
         if packed and sequence_lengths is not None:
             raise ValueError(
-                f"{type(self).__name__}: a PackedSequence carries its own lengths; pass "
-                "sequence_lengths=None."
+                f"{owner}: a PackedSequence carries its own lengths; pass sequence_lengths=None."
             )
+        if hx is not None:  # what torch.nn's Python code reads of it
+            if lstm:
+                _checks.check_pair(owner, hx, exact=False)
+            else:
+                _checks.check_state_tensor(owner, hx)
         if packed:
             input, batch_sizes, sorted_indices, unsorted_indices = input
-            batch = int(batch_sizes[0])
+            batch = _checks.check_packed(owner, input, batch_sizes)
         else:
             if input.dim() not in (2, 3):
                 raise ValueError(_NOT_2D_3D[self.mode].format(input.dim()))
             is_batched = input.dim() == 3
+            # (no time steps: torch.nn's kernel says so, after its Python checks; so do we)
+            no_steps = input.size(1 if self.batch_first and is_batched else 0) == 0
+            shape_as_given = tuple(input.shape)
             if hx is not None:
                 _check_hx_dims(hx, lstm, is_batched)
             if not is_batched:
@@ -285,15 +301,24 @@ class _Fused(tnn.Module):
             else:
                 hx = h
         else:
+            if sorted_indices is not None:
+                _checks.check_packed_state_dims(owner, [hx[0], hx[1]] if lstm else [hx])
             hx = self.permute_hidden(hx, sorted_indices)
+        weight = getattr(self, self._flat_weights_names[0])
+        _checks.refuse_non_floating(owner, input, weight)
         self.check_forward_args(input, hx, batch_sizes)
+        if lstm:  # what its kernel takes
+            _checks.check_pair(owner, hx, exact=True)
+        if no_steps:
+            _checks.refuse_no_steps(owner, shape_as_given, self.batch_first)
+        states = [("hx[0]", hx[0]), ("hx[1]", hx[1])] if lstm else [("hx", hx)]
+        _checks.check_tensors(owner, "module", input, states, weight)
         lengths = None
         if sequence_lengths is not None:
             if not is_batched and isinstance(sequence_lengths, int):
                 sequence_lengths = [sequence_lengths]
             steps = input.size(1 if self.batch_first else 0)
-            lengths = check_lengths(type(self).__name__, "sequence_lengths",
-                                    sequence_lengths, steps, batch)  # fmt: skip
+            lengths = check_lengths(owner, "sequence_lengths", sequence_lengths, steps, batch)
         output, state = self._run(input, batch_sizes, hx, lengths)
         if packed:
             return (
@@ -314,7 +339,7 @@ class _Fused(tnn.Module):
         lstm = self.mode == "LSTM"
         h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
         params = self._buffer()
-        if torch.is_autocast_enabled(input.device.type) and input.dtype != params.dtype:
+        if torch.is_autocast_enabled(input.device.type):  # each in the parameters' dtype
             input, h0 = input.to(params.dtype), h0.to(params.dtype)
             c0 = c0.to(params.dtype) if c0 is not None else None
         if batch_sizes is not None:
@@ -330,21 +355,28 @@ class _Fused(tnn.Module):
         )  # fmt: skip
         if batch_sizes is not None:
             assert lengths is not None
-            y = pack_padded_sequence(y, lengths).data
+            # (a PackedSequence of no sequences, batch_sizes all 0, as torch.nn runs it:
+            # pack_padded_sequence refuses to pack nothing)
+            y = pack_padded_sequence(y, lengths).data if input.size(0) else y.reshape(0, y.size(-1))
         elif self.batch_first:
             y = y.transpose(0, 1)
         return y, ((h_n, c_n) if lstm else h_n)
 
 
 def _check_hx_dims(hx: Any, lstm: bool, is_batched: bool) -> None:
-    """torch.nn's checks of the states' dimensions against the input's, with its messages."""
+    """torch.nn's checks of the states' dimensions against the input's, with its messages
+    (written in its forward, not a method to borrow)."""
     want = 3 if is_batched else 2
     kind = "batched 3-D" if is_batched else "unbatched 2-D"
     if lstm:
         if hx[0].dim() != want or hx[1].dim() != want:
+            hint = ""
+            if isinstance(hx, Tensor):  # (torch.nn reads its rows as h_0 and c_0)
+                hint = f" (hx is one tensor of shape {tuple(hx.shape)}: an LSTM's state is a "
+                hint += "tuple (h_0, c_0))"
             raise RuntimeError(
                 f"For {kind} input, hx and cx should also be {want}-D but got "
-                f"({hx[0].dim()}-D, {hx[1].dim()}-D) tensors"
+                f"({hx[0].dim()}-D, {hx[1].dim()}-D) tensors{hint}"
             )
     elif hx.dim() != want:
         raise RuntimeError(
