@@ -11,13 +11,15 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import bench, checkpoint, cli, convert, files, model_files, pickles
+import cudnn_rnn.nn
+from cudnn_rnn import atomic, bench, checkpoint, cli, convert, files, model_files, pickles
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.formats import cudnn_layout, keras3, keras_h5, onnx, torch_file
 from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.formats.tf1 import cells as tf1_cells
 from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
 from cudnn_rnn.formats.tf1 import protobuf_wire
+from cudnn_rnn.nn._checks import RNNArgumentError
 from tests.support.paths import FIXTURES
 
 
@@ -152,6 +154,21 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         model_files.UnsupportedFormat,
         ValueError,
         lambda t: model_files.load_layer(_junk(t, "x.bin")),
+    ),
+    "OptionError": (
+        model_files.OptionError,
+        TypeError,
+        lambda t: cudnn_rnn.load(FIXTURES / "tf1_cells" / "lstm.ckpt", cell_clip=3.0),
+    ),
+    "RNNArgumentError": (
+        RNNArgumentError,
+        TypeError,
+        lambda t: cudnn_rnn.nn.LSTM(2, 3)(torch.zeros(4, 1, 2), torch.zeros(1, 1, 3)),
+    ),
+    "NotRegularTarget": (
+        atomic.NotRegularTarget,
+        OSError,
+        lambda t: atomic.write_file(t, b"a directory is no file to replace"),
     ),
 }
 
