@@ -18,7 +18,12 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import native
 from cudnn_rnn.layers import LAYER_CLASSES
+from tests.support.engines import force_engine, ran, watch_engines
 from tests.support.helpers import assert_matches_oracle, make_case
+
+needs_native = pytest.mark.skipif(
+    not native.available(), reason=f"native engine not loaded: {cudnn_rnn.cpu_engine()}"
+)
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 
@@ -251,9 +256,11 @@ def test_opcheck_onednn_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     # oneDNN's workspace, whose padding oneDNN leaves uninitialised. What the reserve feeds
     # (the gradients) is compared compiled against eager in the compile tests.
     checks = ("test_schema", "test_autograd_registration", "test_faketensor")
+    runs = watch_engines(monkeypatch)
     torch.library.opcheck(
         torch.ops.cudnn_rnn.rnn.default, (*args, 0.0, 0, True, False), test_utils=checks
     )
+    assert set(ran(runs)) == {"onednn"}, runs
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -382,34 +389,75 @@ def test_zero_steps_fails_as_in_torch_nn_with_our_message() -> None:
         layer(torch.randn(0, 2, 5))
 
 
+@needs_native
 @pytest.mark.parametrize("mode", MODES)
-def test_engines_agree_with_the_oracle_in_training(mode: str) -> None:
+def test_engines_agree_with_the_oracle_in_training(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The gradient-keeping engine of float32 CPU calls (native) matches the oracle."""
+    runs = watch_engines(monkeypatch)
     spec = RNNSpec(mode, 2, 3, 2, direction="bidirectional")
     case = make_case(spec, 5, 3, seed=2)
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
+    assert set(ran(runs)) == {"native"} and ("native", "backward") in runs, runs
 
 
-def test_training_engines_agree_with_dropout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """oneDNN, the native engine and the loop: the same outputs and gradients (float32)."""
+def _training_with_dropout(monkeypatch: pytest.MonkeyPatch, engine: str) -> list[torch.Tensor]:
+    """Outputs and every gradient of one training call of a dropout LSTM, run on ``engine``
+    (asserted: the spy sees that engine's forward and backward, and no other)."""
     op = cudnn_rnn.ops.CudnnLSTM(
         3, 4, 4, input_mode="skip_input", direction="bidirectional", dropout=0.5, seed=5
     )
-    params = (torch.randn(op.params_size()) * 0.3).requires_grad_()
-    args = [torch.randn(*s, requires_grad=True) for s in ((6, 3, 4), (6, 3, 4), (6, 3, 4))]
-    results = {}
-    for engine in ("onednn", "native", "loop"):
-        monkeypatch.setattr(engines, "select", lambda *a, e=engine, **k: e if a[3] else "torch")
-        op._dropout_step.zero_()  # the same masks for both engines
+    gen = torch.Generator().manual_seed(3)
+    params = (torch.randn(op.params_size(), generator=gen) * 0.3).requires_grad_()
+    args = [torch.randn(6, 3, 4, generator=gen, requires_grad=True) for _ in range(3)]
+    with monkeypatch.context() as patch:
+        force_engine(patch, engine)
+        runs = watch_engines(patch)
+        op._dropout_step.zero_()  # the same masks for every engine
         out = op(*args, params)
         weights = [torch.linspace(-1, 1, o.numel()).view(o.shape) for o in out]
         loss = sum((o * w).sum() for o, w in zip(out, weights))
-        results[engine] = (*out, *torch.autograd.grad(loss, [params, *args]))
+        grads = torch.autograd.grad(loss, [params, *args])
+    assert runs == [(engine, "forward"), (engine, "backward")], runs
+    return [t.detach() for t in (*out, *grads)]
+
+
+def _assert_agree(results: dict[str, list[torch.Tensor]]) -> None:
     for other in ("onednn", "native"):
         for a, b in zip(results[other], results["loop"]):
-            np.testing.assert_allclose(
-                a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=other
-            )
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=other)
+
+
+@needs_native
+def test_training_engines_agree_with_dropout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """oneDNN, the native engine and the loop: the same outputs and gradients (float32)."""
+    results = {e: _training_with_dropout(monkeypatch, e) for e in ("onednn", "native", "loop")}
+    _assert_agree(results)
+
+
+@needs_native
+@pytest.mark.parametrize("broken", ["onednn", "native", "loop"])
+def test_the_engine_agreement_fails_when_one_engine_is_broken(
+    broken: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above earns its trust: 1e-3 added to one engine's output fails it."""
+    (engine,) = [e for e in engines.RULES if e.name == broken]
+    real = engine.forward
+
+    def off(call: Any, inputs: Any) -> Any:
+        out = real(call, inputs)
+        out.y.add_(1e-3)
+        return out
+
+    results = {}
+    for name in ("onednn", "native", "loop"):
+        with monkeypatch.context() as patch:
+            if name == broken:
+                patch.setattr(engine, "forward", off)
+            results[name] = _training_with_dropout(monkeypatch, name)
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        _assert_agree(results)
 
 
 def test_a_plain_eager_call_skips_only_the_dispatcher() -> None:

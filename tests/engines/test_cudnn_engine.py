@@ -23,10 +23,12 @@ from cudnn_rnn import CudnnGRU, CudnnLSTM, engines, operator
 from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import cudnn
+from cudnn_rnn.engines import cudnn, loop
 from tests.support.cudnn_standin import StandIn
+from tests.support.engines import watch_engines
 from tests.support.helpers import (
     assert_matches_oracle,
+    assert_matches_torch_nn,
     check_export_dynamic,
     make_case,
     make_op,
@@ -68,17 +70,25 @@ def _id(s: RNNSpec) -> str:
     return f"{s.mode}-{s.num_layers}-{s.direction[:3]}-{s.input_mode[:4]}-p{s.num_proj}"
 
 
-def _grads(case: Any, dtype: torch.dtype = F64) -> list[torch.Tensor]:
-    """Gradients of a fixed weighted sum of every output w.r.t. params, x, h0 (and c0)."""
-    op = make_op(case.spec, dtype)
-    params = op.canonical_to_params(case.weights, case.biases).requires_grad_()
-    tensors = [torch.as_tensor(a, dtype=dtype).requires_grad_() for a in (case.x, case.h0)]
-    if case.c0 is not None:
-        tensors.append(torch.as_tensor(case.c0, dtype=dtype).requires_grad_())
-    outs = op(*tensors, params, sequence_lengths=case.lengths, time_major=case.time_major)
-    gen = torch.Generator().manual_seed(1)
-    loss = sum((o * torch.rand(o.shape, generator=gen, dtype=dtype)).sum() for o in outs)
-    return list(torch.autograd.grad(loss, [params, *tensors]))
+def _grads(case: Any, dtype: torch.dtype = F64, engine: str = "cudnn") -> list[torch.Tensor]:
+    """Gradients of a fixed weighted sum of every output w.r.t. params, x, h0 (and c0), run
+    (and seen to run) on ``engine``: ``cudnn`` (the stand-in, the rule's choice here) or
+    ``loop`` (cuDNN refused, the rule table's engine for float64 training)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if engine != "cudnn":
+            patch.setattr(cudnn.Cudnn, "supports", lambda self, call: False)
+        runs = watch_engines(patch)
+        op = make_op(case.spec, dtype)
+        params = op.canonical_to_params(case.weights, case.biases).requires_grad_()
+        tensors = [torch.as_tensor(a, dtype=dtype).requires_grad_() for a in (case.x, case.h0)]
+        if case.c0 is not None:
+            tensors.append(torch.as_tensor(case.c0, dtype=dtype).requires_grad_())
+        outs = op(*tensors, params, sequence_lengths=case.lengths, time_major=case.time_major)
+        gen = torch.Generator().manual_seed(1)
+        loss = sum((o * torch.rand(o.shape, generator=gen, dtype=dtype)).sum() for o in outs)
+        grads = list(torch.autograd.grad(loss, [params, *tensors]))
+    assert runs == [(engine, "forward"), (engine, "backward")], runs
+    return grads
 
 
 def test_the_rule_table_picks_cudnn_for_what_it_computes(standin: StandIn) -> None:
@@ -107,10 +117,30 @@ def test_forward_and_gradients_match_the_oracle_and_the_loop(
     assert any(name == "rnn" for name, _ in standin.calls)
     got = _grads(case)
     assert any(name == "rnn" and info["train"] for name, info in standin.calls)
-    monkeypatch.setattr(cudnn.Cudnn, "supports", lambda self, call: False)
-    want = _grads(case)  # the loop engine
+    want = _grads(case, engine="loop")
+    _assert_same_grads(got, want)
+
+
+def _assert_same_grads(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
     for name, g, w in zip(("params", "x", "h0", "c0"), got, want):
         torch.testing.assert_close(g, w, atol=1e-10, rtol=0, msg=name)
+
+
+def test_the_agreement_fails_when_the_loop_is_broken(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison above earns its trust: the loop's weight gradient off by 1e-3 fails it."""
+    case = make_case(RNNSpec("gru", 2, 3, 2, direction="bidirectional"), 4, 3, seed=2)
+    got = _grads(case)
+    real = loop.ENGINE.backward
+
+    def off(*args: Any, **kwargs: Any) -> Any:
+        dparams, *rest = real(*args, **kwargs)
+        return (dparams + 1e-3, *rest)
+
+    monkeypatch.setattr(loop.ENGINE, "backward", off)
+    with pytest.raises(AssertionError, match="params"):
+        _assert_same_grads(got, _grads(case, engine="loop"))
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
@@ -119,7 +149,8 @@ def test_unsorted_lengths_pack_sorted_and_come_back_in_order(standin: StandIn, m
     case = make_case(spec, 6, 5, seed=3)
     case.lengths = np.array([2, 6, 1, 4, 4])  # unsorted, with a tie (the sort is stable)
     assert_matches_oracle(case, F64, atol=1e-10, requires_grad=True)
-    assert [info["packed"] for name, info in standin.calls if name == "rnn"] == [True]
+    # The oracle's call and torch.nn's gradient comparison: both packed.
+    assert [info["packed"] for name, info in standin.calls if name == "rnn"] == [True, True]
     case.lengths = np.array([6, 6, 6, 6, 6])  # every sequence full: cuDNN's unpacked input
     assert_matches_oracle(case, F64, atol=1e-10)
     assert [info["packed"] for name, info in standin.calls if name == "rnn"][-1] is False
@@ -183,8 +214,10 @@ def test_the_outputs_gradient_reaches_cudnn_as_the_caller_made_it(
     # The engines that need it contiguous still get it so (the native engine refuses others).
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cudnn.Cudnn, "supports", lambda self, call: False)
+        runs = watch_engines(patch)
         params.grad = None
         op(x, h, params, sequence_lengths=lengths)[0].sum().backward()
+        assert runs == [("loop", "forward"), ("loop", "backward")], runs
         torch.testing.assert_close(params.grad, grads[0], atol=1e-12, rtol=0)
     assert cudnn.plan(layout_of(spec), F64, torch.device("cpu")).in_place
 
@@ -205,9 +238,7 @@ def test_a_padded_cudnn_layout_is_copied_into_and_out_of(padded: StandIn, spec: 
         p.targets
     )
     got = _grads(case)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cudnn.Cudnn, "supports", lambda self, call: False)
-        want = _grads(case)
+    want = _grads(case, engine="loop")
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-10, rtol=0)
 
@@ -217,10 +248,12 @@ def test_skip_input_hands_cudnn_identities_and_drops_their_gradient(standin: Sta
     case = make_case(spec, 3, 2)
     op = make_op(spec)
     params = op.canonical_to_params(case.weights, case.biases).requires_grad_()
-    out = op(torch.as_tensor(case.x), torch.as_tensor(case.h0), params)[0]
+    op(torch.as_tensor(case.x), torch.as_tensor(case.h0), params)[0]
     assert [i["buf"] for n, i in standin.calls if n == "rnn"] != [params.data_ptr()]
-    out.sum().backward()
-    assert params.grad is not None and params.grad.shape == params.shape
+    # Every stored weight's and bias's gradient, at its own offset, is torch.nn's (which holds
+    # the identity as a real matrix), and so are the input's and the state's.
+    assert_matches_torch_nn(case, F64, atol=1e-10)
+    assert [i["train"] for n, i in standin.calls if n == "rnn"] == [True, True]  # cuDNN's both
 
 
 def test_batch_major_layer_and_time_major_layer_agree(standin: StandIn) -> None:

@@ -32,6 +32,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import loop, native
 from cudnn_rnn.engines.common import workspace_numel
+from tests.support.engines import ran, watch_engines
 from tests.support.helpers import (
     assert_matches_oracle,
     make_case,
@@ -40,6 +41,7 @@ from tests.support.helpers import (
     run_ours,
     torch_module,
 )
+from tests.support.isa import isa_params
 from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -57,7 +59,7 @@ def test_engine_is_built_where_a_compiler_is() -> None:
     assert native.available(), cudnn_rnn.cpu_engine()
 
 
-@pytest.fixture(params=LEVELS)
+@pytest.fixture(params=isa_params())
 def every_isa(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a bit-equality test at each instruction set this machine can run, forced (an
     AVX-512 machine runs the AVX2 and baseline paths too): a developer on one ISA sees the
@@ -114,7 +116,8 @@ def test_oracle_grid_float32_goes_through_native(count_native: list[str]) -> Non
     spec = RNNSpec("lstm", 2, 3, 2, "linear_input", "bidirectional")
     case = make_case(spec, 4, 3, seed=1, varlen=True, time_major=False)
     assert_matches_oracle(case, torch.float32, atol=1e-5, requires_grad=True)
-    assert count_native == ["forward"]
+    # The oracle's forward, then torch.nn's comparison of the gradients: forward and backward.
+    assert count_native == ["forward", "forward", "backward"]
 
 
 def _grid() -> list[tuple[Any, ...]]:
@@ -135,7 +138,7 @@ WAYS = ("rule", "packed", "in_place")
 
 
 @needs_engine
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("case", _grid(), ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize(
@@ -162,7 +165,7 @@ def test_every_isa_matches_oracle(
                   time_major=time_major)  # fmt: skip
     with native.use_level(level), native.use_products(way, way):
         assert_matches_oracle(c, torch.float32, atol=1e-5, rtol=1e-5, requires_grad=True)
-    assert count_native == ["forward"]
+    assert count_native == ["forward", "forward", "backward"]
 
 
 def _problem(
@@ -282,7 +285,7 @@ def test_gradients_within_float32_rounding_of_torch(mode: str) -> None:
 
 @needs_engine
 @pytest.mark.parametrize("kind,bound", [("sigmoid", 3.0), ("tanh", 2.0), ("exp", 1.5)])
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 def test_activation_accuracy_in_ulp(kind: str, bound: float, level: str) -> None:
     """docs/design_notes.md states these bounds: over [-87, 87] in float32, against float64."""
     x = np.concatenate(
@@ -945,12 +948,17 @@ def test_gradients_of_a_deep_stack_with_dropout_lengths_and_a_second_backward(mo
         first = torch.autograd.grad(loss, leaves, retain_graph=retain)
         return [first, torch.autograd.grad(loss, leaves)] if retain else [first]
 
-    ours = grads(retain=True)
+    with pytest.MonkeyPatch.context() as mp:
+        runs = watch_engines(mp)
+        ours = grads(retain=True)
+        assert set(ran(runs)) == {"native"}, runs
     for a, b in zip(*ours):
         assert torch.equal(a, b)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(native, "available", lambda: False)  # the loop engine
+        runs = watch_engines(mp)
         theirs = grads()[0]
+        assert runs == [("loop", "forward"), ("loop", "backward")], runs
     for a, b in zip(ours[0], theirs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # a wrong state: ~0.1
 
@@ -980,7 +988,8 @@ def test_a_second_backward_through_one_call_gives_the_same_gradients(
     loss = call()
     first = torch.autograd.grad(loss, leaves, retain_graph=True)
     second = torch.autograd.grad(loss, leaves)
-    assert count_native == ["forward", "forward"]  # the call, then again for the second
+    # The call; its backward; the second backward, which runs the forward again inside it.
+    assert count_native == ["forward", "backward", "backward", "forward"]
     for a, b in zip(first, second):
         assert torch.equal(a, b)
     if dropout:
@@ -990,7 +999,7 @@ def test_a_second_backward_through_one_call_gives_the_same_gradients(
         assert torch.equal(a, c)
     monkeypatch.setattr(native, "available", lambda: False)  # the rule table's next engine
     theirs = torch.autograd.grad(call(), leaves)
-    assert count_native[3:] == []  # the loop engine ran it
+    assert count_native[6:] == []  # the loop engine ran it
     for a, b in zip(first, theirs):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
 

@@ -20,6 +20,7 @@ from cudnn_rnn import CudnnGRU, ops
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import native
+from tests.support.isa import isa_params
 from tests.support.paths import ROOT
 
 LEVELS = native.level_names()
@@ -149,7 +150,7 @@ SPECIAL = torch.tensor(
 TORCH_FN = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp}
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 @pytest.mark.parametrize("kind", ["sigmoid", "tanh", "exp"])
 def test_every_activation_of_every_isa_keeps_nan_and_infinities(level: str, kind: str) -> None:
     with native.use_level(level):
@@ -182,7 +183,7 @@ def _run(
     return [out.detach(), *(s.detach() for s in states), *grads]
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=str)
 @pytest.mark.parametrize("where", ["input", "state", "weight"])

@@ -21,6 +21,7 @@ import torch
 
 from cudnn_rnn import ops
 from cudnn_rnn.engines import native
+from tests.support.isa import isa_params
 
 LEVELS = native.level_names()
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def _same_on_every_thread_count(mode: str, direction: str, lengths: bool) -> Non
 
 
 @needs_engine
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 @pytest.mark.parametrize("mode", list(CLASSES))
 def test_one_call_gives_the_same_bits_on_1_to_16_threads(mode: str, level: str) -> None:
     with native.use_level(level):
@@ -131,7 +132,7 @@ SHAPES = [  # m, n, k: one of each edge (ones, a k of 0, no columns, column tail
 
 
 @needs_engine
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", isa_params())
 def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(level: str) -> None:
     """``c (+)= a @ b`` and ``c = a.T @ b`` with ``a``'s column sums: within float32 rounding
     of float64 matmul, and the same bits on 1, 2, 3 and 5 threads; a slice of columns (rows

@@ -157,6 +157,98 @@ def assert_matches_oracle(
         out = ours[0].detach() if case.time_major else ours[0].detach().transpose(0, 1)
         for b, n in enumerate(case.lengths):
             assert bool((out[int(n) :, b] == 0).all())
+    # The engine that kept state must also give the right gradients (where torch.nn can hold
+    # the model: it refuses a projection as wide as the cell, which gradcheck covers).
+    if requires_grad and (case.spec.num_proj or 0) < case.spec.num_units:
+        assert_matches_torch_nn(case, dtype, atol=10 * atol, rtol=max(rtol, 1e-5), forward=False)
+
+
+def assert_matches_torch_nn(
+    case: Case, dtype: torch.dtype, atol: float, rtol: float = 0.0, forward: bool = True
+) -> None:
+    """Our op in ``dtype`` against torch.nn's LSTM/GRU/RNN in float64 holding the same canonical
+    weights (a real peer): outputs and final states (``forward``), and the gradients of a
+    random weighting of them with respect to the input, the initial states and every stored
+    weight and bias (through the canonical form of the buffer's gradient)."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    spec = case.spec
+    op = make_op(spec, dtype)
+
+    def leaf(a: np.ndarray | None, cast: torch.dtype) -> torch.Tensor | None:
+        return None if a is None else torch.tensor(a, dtype=cast, requires_grad=True)
+
+    x, h0, c0 = (leaf(a, dtype) for a in (case.x, case.h0, case.c0))
+    x2, h02, c02 = (leaf(a, torch.float64) for a in (case.x, case.h0, case.c0))
+    params = op.canonical_to_params(case.weights, case.biases).to(dtype).requires_grad_()
+    states = [h0] if c0 is None else [h0, c0]
+    lengths = case.lengths
+    ours = op(x, *states, params, sequence_lengths=lengths, time_major=case.time_major)
+    ours = (*ours, None) if c0 is None else ours
+
+    module = torch_module(spec, case.weights, case.biases)
+    assert x2 is not None
+    seq = x2 if case.time_major else x2.transpose(0, 1)
+    hx = (h02, c02) if c02 is not None else h02
+    if lengths is not None:
+        packed = pack_padded_sequence(seq, torch.as_tensor(lengths), enforce_sorted=False)
+        y, state = module(packed, hx)
+        y = pad_packed_sequence(y, total_length=seq.shape[0])[0]
+    else:
+        y, state = module(seq, hx)
+    y = y if case.time_major else y.transpose(0, 1)
+    theirs = (y, *state) if isinstance(state, tuple) else (y, state, None)
+
+    # Random cotangents, so that every output element and state matters to the gradients.
+    rng = np.random.default_rng(3)
+    loss_ours: Any = 0.0
+    loss_theirs: Any = 0.0
+    for name, a, b in zip(("output", "h", "c"), ours, theirs):
+        if b is None:
+            assert a is None
+            continue
+        if forward:
+            np.testing.assert_allclose(
+                a.detach().double().numpy(), b.detach().numpy(), atol=atol, rtol=rtol,
+                err_msg=f"{name} differs from torch.nn",
+            )  # fmt: skip
+        w = rng.standard_normal(tuple(a.shape))
+        loss_ours = loss_ours + (a * torch.as_tensor(w, dtype=dtype)).sum()
+        loss_theirs = loss_theirs + (b * torch.as_tensor(w)).sum()
+    loss_ours.backward()
+    loss_theirs.backward()
+
+    def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+        np.testing.assert_allclose(
+            got.double().numpy(), want.numpy(), atol=atol, rtol=rtol,
+            err_msg=f"the gradient of {what} differs from torch.nn's",
+        )  # fmt: skip
+
+    for what, mine, peer in (("the input", x, x2), ("h0", h0, h02), ("c0", c0, c02)):
+        if mine is not None:
+            assert mine.grad is not None and peer is not None and peer.grad is not None
+            close(mine.grad, peer.grad, what)
+    if lengths is not None:  # padded inputs do not influence anything
+        assert x is not None and x.grad is not None
+        dx = x.grad if case.time_major else x.grad.transpose(0, 1)
+        for b, n in enumerate(lengths):
+            assert bool((dx[int(n) :, b] == 0).all())
+
+    # Parameter gradients, tensor by tensor through the canonical form of params.grad.
+    assert params.grad is not None
+    grads_w, grads_b = op.params_to_canonical(params.grad)
+    layout = layout_of(spec)
+    for name, parameter in module.named_parameters():
+        entries = [
+            (p, g)
+            for p, g in zip(layout.weights + layout.biases, grads_w + grads_b)
+            if TORCH_NAMES[p.kind] + f"_l{p.layer}{'_reverse' if p.direction else ''}" == name
+        ]
+        assert entries, name
+        if entries[0][0].offset is None:  # skip_input: no stored matrix, nothing to train
+            continue
+        assert parameter.grad is not None
+        close(torch.cat([g for _, g in entries]), parameter.grad, name)
 
 
 TORCH_NAMES = {

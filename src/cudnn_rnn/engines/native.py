@@ -90,6 +90,7 @@ __all__ = [
     "NativeEngineWarning",
     "available",
     "backward",
+    "built_level_names",
     "describe",
     "directions_together",
     "forward",
@@ -290,12 +291,25 @@ def supports(spec: RNNSpec, device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cpu" and dtype == torch.float32 and spec.num_proj is None and available()
 
 
+#: The engine's best level (engine.c's ``isa_of``: 2 AVX-512, 1 AVX2, 0 the portable code).
+_TOP_LEVEL = 2
+
+
 def level_names() -> list[str]:
     """The instruction sets this machine can run the engine at, best first (empty if none)."""
     lib = _library().lib
     if lib is None:
         return []
     return [lib.cr_level_name(k).decode() for k in range(lib.cr_supported_level(), -1, -1)]
+
+
+def built_level_names() -> list[str]:
+    """Every instruction set the engine was built with, best first, whether or not this machine
+    can run it (empty if the engine is not loaded): what a test of every ISA covers."""
+    lib = _library().lib
+    if lib is None:
+        return []
+    return list(dict.fromkeys(lib.cr_level_name(k).decode() for k in range(_TOP_LEVEL, -1, -1)))
 
 
 _Setting = TypeVar("_Setting", bound="_EngineSetting")
@@ -1116,13 +1130,12 @@ class Native(WorkspaceEngine):
             return Kept(workspace=None)
         return Kept(workspace=_workspace_numel(call.spec, call.steps * call.batch, 1))
 
-    _backward = staticmethod(backward)  # the module's function (tests wrap it there)
-
     def backward(
         self, call: Call, saved: Saved, grads: Grads
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         s = saved
-        return self._backward(
+        # The module's function, looked up at each call (a test's spy there sees it).
+        return backward(
             call.layout, s.params, s.x, s.h0, s.c0, s.lengths, s.masks, s.workspace, s.y,
             *grads, need_dx=s.need_dx,
         )  # fmt: skip
