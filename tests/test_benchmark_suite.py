@@ -423,11 +423,14 @@ def test_gru_training_peak_memory_within_torch_nn() -> None:
     the backward wrote the gates' gradients over the gates): measured as ``make bench`` does,
     the growth of the peak resident set over the second training step, each in a fresh
     process, against torch.nn on the same weights."""
+    # Measured: ours 111.7-111.8 MiB over fresh processes, torch.nn 148.0-148.1; before the
+    # fix 1.18x torch.nn's. The bound sits halfway between: 1.0x torch.nn, a third above ours,
+    # far outside either figure's spread (0.1%), and still fails the regression it guards.
     shape = BY_NAME["gru-100x32x1024"]
     ours = suite.measure_memory(shape, bench.OURS, "cpu")
     theirs = suite.measure_memory(shape, bench.TORCH_NN, "cpu")
     assert ours is not None and theirs is not None
-    assert ours <= 1.05 * theirs, (ours / 2**20, theirs / 2**20)
+    assert ours <= 1.0 * theirs, (ours / 2**20, theirs / 2**20)
 
 
 @pytest.mark.skipif(
@@ -439,8 +442,11 @@ def test_lstm_with_lengths_training_peak_memory_near_torch_nn() -> None:
     starting state and the backward gave finished parts back): torch.nn's own figure moves
     between two modes over fresh processes (64 and 71 MiB here; ours stays at 70.6), so this
     holds the gain against the lower one with room for that spread."""
+    # Measured: ours 67.5-67.6 MiB, torch.nn 64-71 (its two modes); the regression was 1.36x.
+    # The bound, 1.25x torch.nn's lower mode (80 MiB), is 18% above ours, so neither mode of
+    # torch.nn nor our spread can trip it, and a step keeping 1.36x (87 MiB and up) fails it.
     shape = BY_NAME["lstm-2bi-varlen-100x32x256"]
     ours = suite.measure_memory(shape, bench.OURS, "cpu")
     theirs = suite.measure_memory(shape, bench.TORCH_NN, "cpu")
     assert ours is not None and theirs is not None
-    assert ours <= 1.15 * theirs, (ours / 2**20, theirs / 2**20)
+    assert ours <= 1.25 * theirs, (ours / 2**20, theirs / 2**20)

@@ -31,6 +31,9 @@ NOT_RUN = {
     "tests/test_migration_examples.py",
 }
 
+#: How a runnable block asserts what it shows.
+SHOWS_RESULT = re.compile(r"^\s*(assert |torch\.testing\.assert_|np\.testing\.)", re.M)
+
 #: The modules whose every public name (``__all__``) the reference must document.
 PUBLIC = ("cudnn_rnn", "cudnn_rnn.nn", "cudnn_rnn.ops", "cudnn_rnn.convert",
           "cudnn_rnn.checkpoint", "cudnn_rnn.core")  # fmt: skip
@@ -107,4 +110,6 @@ def test_page_examples_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     namespace = {"__name__": "__docs_example__"}
     for i, block in enumerate(python_blocks(DOCS / page)):
+        # A block shows a result, and asserts it (one that only ran would pass however wrong).
+        assert SHOWS_RESULT.search(block), f"docs/{page} block {i + 1} asserts nothing"
         exec(compile(block, f"docs/{page} (python block {i + 1})", "exec"), namespace)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_docs import SHOWS_RESULT
+
 ROOT = Path(__file__).resolve().parents[1]
 MIGRATION = ROOT / "docs" / "migration.md"
 
@@ -37,5 +39,6 @@ def test_section_examples_run(heading: str, monkeypatch: pytest.MonkeyPatch) -> 
     assert blocks, f"section {heading!r} has no Python example"
     monkeypatch.chdir(ROOT)
     for block in blocks:
+        assert SHOWS_RESULT.search(block), f"{heading}: a block asserts nothing"
         exec(compile(block, f"{MIGRATION}:{heading}", "exec"), {"__name__": "__example__"})
     assert os.getcwd() == str(ROOT)

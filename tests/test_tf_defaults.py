@@ -426,13 +426,11 @@ def test_op_defaults_train_with_a_fixed_seed() -> None:
 def test_layer_initializers_are_tfs(cls: type[Any]) -> None:
     """TF: Glorot-uniform per canonical weight matrix, every bias (b_W and b_R) 0.0."""
     torch.manual_seed(5)
-    layer = cls(2, 5, direction="bidirectional", input_size=3)
-    op = ops.__dict__[cls.__name__](2, 5, 3, direction="bidirectional")
+    layer = cls(2, 16, direction="bidirectional", input_size=3)
+    op = ops.__dict__[cls.__name__](2, 16, 3, direction="bidirectional")
     weights, biases = op.params_to_canonical(layer.opaque_kernel.detach())
     assert all(bool((b == 0).all()) for b in biases)
-    for w in weights:
-        limit = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
-        assert 0 < float(w.abs().max()) <= limit
+    assert_glorot_uniform(weights)
 
 
 def test_compatible_cells_initial_values_are_tfs() -> None:
@@ -447,15 +445,34 @@ def test_compatible_cells_initial_values_are_tfs() -> None:
         },
         BasicRNNCell: {"bias": 0.0},
     }
+    kernels = []
     for cls, biases in expected_bias.items():
-        cell = cls(4)
-        cell.build(3)
-        for name, value in cell.tf_variables().items():
-            if name in biases:
-                assert bool((value == biases[name]).all()), (cls.__name__, name)
-            else:
-                limit = math.sqrt(6.0 / sum(value.shape))
-                assert 0 < float(value.detach().abs().max()) <= limit, (cls.__name__, name)
+        for _ in range(20):  # enough draws for the distribution's test below
+            cell = cls(4)
+            cell.build(3)
+            for name, value in cell.tf_variables().items():
+                if name in biases:
+                    assert bool((value == biases[name]).all()), (cls.__name__, name)
+                else:
+                    kernels.append(value.detach())
+    assert_glorot_uniform(kernels)
+
+
+def assert_glorot_uniform(matrices: list[torch.Tensor]) -> None:
+    """Each matrix drawn from U(-l, l), l = sqrt(6 / (fan_in + fan_out)) of its own shape: every
+    value within its limit, and the values scaled by their limits indistinguishable from
+    U(-1, 1) (Kolmogorov-Smirnov at the 0.1% level): a limit too large, too small (a fused
+    matrix's fans) or another distribution (normal, zeros) fails."""
+    scaled = []
+    for w in matrices:
+        limit = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
+        assert float(w.abs().max()) <= limit, (tuple(w.shape), float(w.abs().max()), limit)
+        scaled.append(w.double().flatten() / limit)
+    u = np.sort(torch.cat(scaled).numpy())
+    n = u.size
+    cdf = (u + 1) / 2
+    ks = max(float(np.max(np.arange(1, n + 1) / n - cdf)), float(np.max(cdf - np.arange(n) / n)))
+    assert n >= 300 and ks < 1.95 / math.sqrt(n), (n, ks)
 
 
 def test_basic_rnn_cell_default_activation_is_tanh() -> None:

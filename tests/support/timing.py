@@ -17,6 +17,7 @@ Code whose own logic reads a clock is tested with :class:`FakeClock` instead.
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -38,6 +39,17 @@ def cpu_seconds(run: Callable[[], T], repeats: int = 1) -> tuple[float, T]:
         result = run()
         best = min(best, time.process_time() - start)
     return best, result  # type: ignore[return-value]
+
+
+def child_cpu_seconds(run: Callable[[], T]) -> tuple[float, T]:
+    """The CPU time (user and system) of the child processes ``run`` starts and waits for, and
+    what it returned: a subprocess's own work, which neither the machine's load nor the time
+    it waits to be scheduled inflates."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return spent, result
 
 
 class FakeClock:
