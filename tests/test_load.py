@@ -81,8 +81,10 @@ def test_several_rnns_need_a_name_and_the_refusal_says_name_in_python_words(
 
 
 def test_every_format_through_one_call(tmp_path: Path) -> None:
-    """Ours (safetensors), TF1 (a real TF checkpoint), Keras 2 .h5 (real Keras), torch:
-    each loaded by the same call, with the values the format's own reader gives."""
+    """Ours (safetensors), TF1 (a bundle real TensorFlow wrote, under names and a kernel layout
+    make_tf1_fixtures.py chose, which TF 1.15's own saveable agrees with: test_checkpoint_tf1.py),
+    Keras 2 .h5 (real Keras), torch: each loaded by the same call, with the values the format's
+    own reader gives."""
     ours = CudnnLSTM(2, 3, input_size=2, scope="enc")
     checkpoint.save(str(tmp_path / "ours.safetensors"), ours)
     loaded = cudnn_rnn.load(tmp_path / "ours.safetensors")

@@ -1,15 +1,21 @@
 """The one module that builds and parses TF's canonical names (``cudnn_rnn.core.tf_names``).
 
-The names are pinned here as literal strings, copied from docs/checkpoint_format.md (normative)
-and from checkpoints written by real TensorFlow (tests/fixtures/tf1), never from the module.
-The saveables, the cell stacks and the command line must all agree with it, and no other module
-of the package may spell a name itself.
+The names are pinned here as literal strings copied from docs/checkpoint_format.md (normative),
+never from the module, and against the names TensorFlow 1.15.5's own ``tf.contrib.cudnn_rnn``
+gives (``tests/fixtures/tf115/names.json``, which ``make_tf115_fixtures.py`` read off TF 1.15's
+layers and saveables). The checkpoints in ``tests/fixtures/tf1`` are no evidence of the names:
+real TensorFlow wrote their bytes, but TF 2 has no ``tf.contrib.cudnn_rnn``, so
+``make_tf1_fixtures.py`` chose the names, transcribing TF 1.x's source
+(shared/reference/tf_cudnn_rnn.md); only the optimizer slots' names in them (``/Adam``,
+``beta1_power`` ...) are TF's own. The saveables, the cell stacks and the command line must all
+agree with the module, and no other module of the package may spell a name itself.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -28,6 +34,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.tf_names import TFName, cell_scope, parse, variable_name
 from cudnn_rnn.formats.detect import detect_models
+from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,
     CudnnLSTMSaveable,
@@ -38,8 +45,10 @@ from cudnn_rnn.saveable import (
 from tests.support.paths import FIXTURES, ROOT
 
 SRC = ROOT / "src" / "cudnn_rnn"
+TF115 = json.loads((FIXTURES / "tf115" / "names.json").read_text(encoding="utf-8"))
 FIXTURES = FIXTURES / "tf1"
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+LAYERS = {"lstm": CudnnLSTM, "gru": CudnnGRU, "rnn_tanh": CudnnRNNTanh, "rnn_relu": CudnnRNNRelu}
 SAVEABLES: dict[str, type[CudnnOpaqueParamsSaveable]] = {
     "lstm": CudnnLSTMSaveable,
     "gru": CudnnGRUSaveable,
@@ -59,6 +68,8 @@ GRU_KERNELS = [
     "candidate/hidden_projection/kernel",
 ]
 GRU_BIASES = ["gates/bias", "candidate/input_projection/bias", "candidate/hidden_projection/bias"]
+#: The suffixes TF's optimizers give their slots (TF's own names in the tf1 fixtures).
+SLOTS = ("/Adam", "/Adam_1", "/Momentum")
 
 
 def test_the_tables_are_the_documented_names() -> None:
@@ -176,15 +187,65 @@ def test_cell_stacks_name_their_variables_as_the_saveables(
     assert names == _saveable(mode, 2, direction, scope, proj)._tf_canonical_names()
 
 
+@pytest.mark.parametrize("how", ["built", "called"])
+@pytest.mark.parametrize("config", sorted(TF115["configs"]))
+def test_saveable_names_are_tf115s(config: str, how: str) -> None:
+    """Our saveable's names, in order, are those of TF 1.15.5's own saveable, and our layer's
+    opaque kernel is named as TF 1.15's layer names its variable.
+
+    ``built``: TF's layer built by ``layer.build()`` inside ``variable_scope(scope)`` (as TF's own
+    tests build it): the saveable takes that scope, as our ``scope=`` does. ``called``: built by
+    its first call, which tf.layers runs inside the layer's own scope, so TF's saveable takes
+    ``<scope>/<layer name>``: such a checkpoint restores with ``scope="<scope>/cudnn_lstm"``
+    (test_checkpoint_tf1.py).
+    """
+    c = TF115["configs"][config]
+    tf = TF115["names"][how][config]
+    mode, scope = c["mode"], c["scope"]
+    assert tf["saveable"].endswith("." + SAVEABLES[mode].__name__)
+    assert tf["layer"].endswith("." + LAYERS[mode].__name__)
+    size = (c["num_layers"], c["num_units"])
+    layer = LAYERS[mode](*size, input_size=c["input_size"], direction=c["direction"], scope=scope)
+    prefix = f"{scope}/" if scope else ""
+    assert tf["variables"] == [f"{prefix}{layer.name}/opaque_kernel"]
+    if how == "called":
+        scope = f"{prefix}{layer.name}"
+    spec = RNNSpec(mode, *size, c["input_size"], direction=c["direction"])
+    opaque = torch.empty(layout_of(spec).size, device="meta")
+    saveable = SAVEABLES[mode](
+        opaque, *size, c["input_size"], direction=c["direction"], scope=scope
+    )
+    assert saveable._tf_canonical_names() == tf["specs"]
+    if how == "built":
+        assert layer.saveable._tf_canonical_names() == tf["specs"]
+
+
+@pytest.mark.parametrize("prefix", [n for n in TF115["configs"] if n.startswith("cudnn_")])
+def test_the_tf1_fixtures_hold_tf115s_names(prefix: str) -> None:
+    """make_tf1_fixtures.py chose the names of the ``cudnn_*`` checkpoints: they are the names
+    TF 1.15's layer built in the fixture's scope gives (its opaque kernel and its saveable's)."""
+    tf = TF115["names"]["built"][prefix]
+    names = set(checkpoint.read_claims(str(FIXTURES / f"{prefix}.ckpt")))
+    canonical = {n for n in names if parse(n) is not None and not n.endswith(SLOTS)}
+    assert canonical == set(tf["specs"])
+    assert {n for n in names if n.endswith("opaque_kernel")} == set(tf["variables"])
+
+
 @pytest.mark.parametrize(
     "prefix", sorted(p.name[: -len(".index")] for p in FIXTURES.glob("*.index"))
 )
-def test_names_written_by_tensorflow_parse_back_to_themselves(prefix: str) -> None:
+def test_names_in_the_tf1_fixtures_parse_back_to_themselves(prefix: str) -> None:
+    """Every name in the tf1 fixtures parses back to itself (or is no canonical name).
+
+    Of these names TensorFlow chose only the optimizers' (slots, ``beta1_power``,
+    ``global_step``); make_tf1_fixtures.py chose the rest (see the module docstring), which
+    test_the_tf1_fixtures_hold_tf115s_names checks against TF 1.15.
+    """
     names = list(checkpoint.read_claims(str(FIXTURES / prefix)))
     for name in names:
         parsed = parse(name)
         assert parsed is None or str(parsed) == name
-        if parsed is not None and not parsed.variable.endswith(("/Adam", "/Adam_1", "/Momentum")):
+        if parsed is not None and not parsed.variable.endswith(SLOTS):
             modes = tf_names.CELL_MODES[parsed.cell]
             known = {*tf_names.KERNEL_NAMES[modes[0]], *tf_names.BIAS_NAMES[modes[0]]}
             assert parsed.variable in known | {tf_names.PROJECTION_KERNEL}, name

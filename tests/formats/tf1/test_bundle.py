@@ -2,6 +2,8 @@
 
 The fixtures in ``fixtures/tf1/`` were written by real TensorFlow (``make_tf1_fixtures.py``, which
 also records what TensorFlow read from a file our writer made); TensorFlow is not needed here.
+They are evidence of TF's bundle format (bytes, dtypes, blocks, partitions); the names and values
+in the model files were chosen by that script (see test_checkpoint_tf1.py).
 """
 
 from __future__ import annotations

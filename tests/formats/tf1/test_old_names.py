@@ -1,12 +1,18 @@
 """TF1 checkpoints under older releases' names: TF 1.3's saveable and TF 1.8-1.15's object graph.
 
-The fixtures were written by real TensorFlow (tests/fixtures/tf1_old_names/
-make_old_name_fixtures.py, which says which release's names each file imitates and where they
-were read); the npz beside each holds the exact parameters in our layout.
+Real TensorFlow (2.21) wrote the files, but tests/fixtures/tf1_old_names/make_old_name_fixtures.py
+chose their names (transcribed from each release's source, as it says) and computed their values
+with its own NumPy code; the npz beside each holds the exact parameters in our layout, as that
+script packed them. Two checks hold the files to the releases themselves: the TF 1.3 files'
+names, in order, and tensors are what TensorFlow 1.3.0's own ``RNNParamsSaveable`` makes of the
+same parameters (``fixtures/tf13``, make_tf13_fixtures.py; ``test_r13_files_are_tf13s``), and
+the object-graph keys are what TensorFlow 1.15.5's own ``tf.train.Checkpoint`` gives a CudnnLSTM
+(``fixtures/tf115/names.json``, ``object_keys``; ``test_object_keys_are_tf115s``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +26,7 @@ from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 from tests.support.paths import FIXTURES
 
+FIXTURES_ROOT = FIXTURES
 HERE = FIXTURES / "tf1_old_names"
 LAYERS = {"lstm": CudnnLSTM, "gru": CudnnGRU}
 #: fixture -> (scope of the layer, exact biases in the file)
@@ -50,6 +57,35 @@ def _file(name: str) -> dict[str, np.ndarray]:
 def _run(layer: torch.nn.Module) -> torch.Tensor:
     x = torch.linspace(-1, 1, 4 * 2 * layer.input_size).reshape(4, 2, layer.input_size)
     return layer(x)[0]
+
+
+@pytest.mark.parametrize("name", ["lstm_r13", "gru_r13"])
+def test_r13_files_are_tf13s(name: str) -> None:
+    """Every tensor of the TF 1.3 files, under its name, is what TF 1.3.0's own saveable saves
+    for the same cuDNN canonical parameters (its transform run on the npz's ``ours``), bit for
+    bit; the saveable's names are exactly the file's canonical names."""
+    with np.load(FIXTURES_ROOT / "tf13" / f"{name}.npz") as npz:
+        tf13 = {k: npz[k] for k in npz.files}
+    names = tf13.pop("names").tolist()
+    arrays = _file(name)
+    assert sorted(n for n in arrays if "cudnn_compatible_" in n) == sorted(names)
+    for key in names:
+        got, want = arrays[key], tf13[f"saved/{key}"]
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), key
+
+
+@pytest.mark.parametrize("name", ["lstm_object_1layer", "lstm_object_2layer"])
+def test_object_keys_are_tf115s(name: str) -> None:
+    """The canonical tensors' keys in the object-graph files are the ones TF 1.15.5's
+    ``tf.train.Checkpoint`` gives its own CudnnLSTM in the same object graph."""
+    tf115 = json.loads((FIXTURES_ROOT / "tf115" / "names.json").read_text())["object_keys"]
+    index = tf1_bundle.read_bundle_index(_ckpt(name))
+    mine = {n for n in index if tf_names.parse_object_key(n) is not None}
+    assert sorted(mine) == tf115[name]
+    assert set(index) - mine == {
+        "_CHECKPOINTABLE_OBJECT_GRAPH",
+        "save_counter/.ATTRIBUTES/VARIABLE_VALUE",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))

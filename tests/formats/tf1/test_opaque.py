@@ -1,9 +1,17 @@
 """TF1 training checkpoints: the opaque kernel restored exactly, its optimizer slots into torch.
 
-Fixtures in ``fixtures/tf1_opaque`` were written by real TensorFlow (see the script there): the
-opaque variable packed in three cuDNN-like layouts (classic, per pseudo-layer, 16-aligned with
-garbage padding), trained by real TF optimizers, with ``.npz`` files of what the packing says
-every value is. ``fixtures/cudnn`` holds buffers that cuDNN 9.19 itself laid out on an H200.
+What each fixture is evidence of (the scripts beside them say how they were made):
+
+* ``fixtures/tf1_opaque``: real TensorFlow (2.21, ``tf.compat.v1``) wrote the files and its
+  optimizers trained the opaque variable, so the slots, ``beta1_power`` and ``beta2_power`` are
+  TF's; but the buffer's layouts (classic, per pseudo-layer, 16-aligned with garbage padding) and
+  the canonical tensors beside it were packed by the script (TF 2 has no ``tf.contrib.cudnn_rnn``
+  and a CPU no cuDNN), and the ``.npz`` files say what the script packed where.
+* ``fixtures/tf_updates``: TF 2.21's own training kernels (``ApplyAdam``, ``ApplyMomentum``,
+  ``ApplyRMSProp``, ``ApplyAdagrad``, what TF1's optimizers run), run on a restored checkpoint's
+  values for three more steps: what torch's resumed steps are compared with.
+* ``fixtures/cudnn``: buffers that torch's cuDNN path flattened on a GPU (test_cudnn_layout.py
+  says what that file proves).
 """
 
 from __future__ import annotations
@@ -59,12 +67,18 @@ EPS = 1e-16
 def _optimizer(
     kind: str, params: list[torch.nn.Parameter], e: dict[str, np.ndarray]
 ) -> torch.optim.Optimizer:
-    """The torch optimizer that matches TF's (the fixture's hyper-parameters)."""
+    """The torch optimizer that matches TF's (the fixture's hyper-parameters); ``nesterov`` is
+    ``MomentumOptimizer(use_nesterov=True)``'s."""
     if kind == "adam":
         betas = (float(e["adam_beta1"]), float(e["adam_beta2"]))
         return torch.optim.Adam(params, lr=float(e["adam_lr"]), betas=betas, eps=EPS)
-    if kind == "momentum":
-        return torch.optim.SGD(params, lr=float(e["momentum_lr"]), momentum=float(e["momentum"]))
+    if kind in ("momentum", "nesterov"):
+        return torch.optim.SGD(
+            params,
+            lr=float(e["momentum_lr"]),
+            momentum=float(e["momentum"]),
+            nesterov=kind == "nesterov",
+        )
     if kind == "rmsprop":
         return torch.optim.RMSprop(
             params,
@@ -144,8 +158,70 @@ def test_adam_step_count_follows_beta1_power() -> None:
     assert float(e["beta1_power"]) == pytest.approx(beta1 ** (int(e["adam_steps"]) + 1), rel=1e-6)
 
 
-def _tf_steps(kind: str, x: np.ndarray, slots: dict[str, np.ndarray], e, a, b, n: int):
-    """TF1's update rules (training_ops.cc), in NumPy float64, for loss sum((a*x+b)**2)."""
+with np.load(HERE / "tf_updates" / "resumed_steps.npz") as _npz:
+    UPDATES = dict(_npz)
+#: TF's slots in fixtures/tf_updates -> the tf1_opaque npz's keys (the start of every run).
+TF_SLOTS = {
+    "adam": {"m": "slot_adam_m", "v": "slot_adam_v"},
+    "momentum": {"accum": "slot_momentum"},
+    "nesterov": {"accum": "slot_momentum"},
+    "rmsprop": {"ms": "slot_rmsprop_ms", "mom": "slot_rmsprop_mom"},
+    "adagrad": {"accum": "slot_adagrad"},
+}
+
+
+def _tf_state(kind: str, state: dict[str, torch.Tensor], lr: float) -> dict[str, np.ndarray]:
+    """Torch's optimizer state as TF's slots (docs/migration.md's table: TF's RMSProp ``mom``
+    holds ``lr`` times torch's ``momentum_buffer``)."""
+    if kind == "adam":
+        return {"m": state["exp_avg"].numpy(), "v": state["exp_avg_sq"].numpy()}
+    if kind in ("momentum", "nesterov"):
+        return {"accum": state["momentum_buffer"].numpy()}
+    if kind == "rmsprop":
+        return {"ms": state["square_avg"].numpy(), "mom": lr * state["momentum_buffer"].numpy()}
+    return {"accum": state["sum"].numpy()}
+
+
+@pytest.mark.parametrize("kind", list(TF_SLOTS))
+@pytest.mark.parametrize("model", list(MODELS))
+def test_resumed_training_follows_tfs_own_update_kernels(model: str, kind: str) -> None:
+    """Three more steps in torch equal three steps of TF's own training kernels from the same
+    checkpoint, on the same loss (``fixtures/tf_updates``: TF 2.21's ``ApplyAdam``,
+    ``ApplyMomentum`` without and with ``use_nesterov``, ``ApplyRMSProp``, ``ApplyAdagrad``, the
+    kernels TF1's optimizers run, float64), and so does the optimizer state after them.
+
+    What still differs is where the epsilon goes (docs/migration.md's table: Adam's outside TF's
+    bias correction, RMSProp's inside TF's square root; Adagrad has none, torch eps=0 here), so
+    the epsilons are :data:`EPS` on both sides; TF's Adam was fed the powers ``beta ** t`` that
+    torch computes from its step count. The tolerance is 1e-12 relative (float64 rounding); the
+    state mapping itself is exact (test_optimizer_state_from_tf_slots).
+    """
+    u = {k[len(model) + 1 :]: v for k, v in UPDATES.items() if k.startswith(f"{model}/")}
+    e = _expected(model, "aligned")
+    assert float(UPDATES["eps"]) == EPS
+    layer = MODELS[model](dtype=torch.float64)
+    opt = _optimizer(kind, list(layer.parameters()), e)
+    checkpoint.restore(_prefix(model, "aligned"), layer, optimizer=opt)
+    # TF's kernels started where the restore put torch.
+    assert torch.equal(layer.opaque_kernel.detach(), torch.from_numpy(u["x0"]))
+    lr = float(e[f"{'momentum' if kind == 'nesterov' else kind}_lr"])
+    for slot, value in _tf_state(kind, opt.state[layer.opaque_kernel], lr).items():
+        np.testing.assert_allclose(value, u[f"slot/{TF_SLOTS[kind][slot]}"], rtol=1e-15)
+    a, b = torch.from_numpy(u["a"]), torch.from_numpy(u["b"])
+    for k in range(1, 4):
+        opt.zero_grad()
+        loss = ((a * layer.opaque_kernel + b) ** 2).sum()
+        loss.backward()
+        opt.step()
+        got = layer.opaque_kernel.detach().numpy()
+        np.testing.assert_allclose(got, u[f"{kind}/x{k}"], rtol=1e-12, atol=1e-14, err_msg=k)
+    for slot, value in _tf_state(kind, opt.state[layer.opaque_kernel], lr).items():
+        np.testing.assert_allclose(value, u[f"{kind}/{slot}"], rtol=1e-12, atol=1e-14)
+
+
+def _documented_tf_rules(kind: str, x: np.ndarray, slots: dict[str, np.ndarray], e, a, b, n: int):
+    """docs/migration.md's statement of TF1's update rules, transcribed in NumPy float64 (ours,
+    not TF's), for loss sum((a*x+b)**2)."""
     x = x.copy()
     s = {k: v.copy() for k, v in slots.items()}
     t = int(e["adam_steps"])
@@ -158,9 +234,10 @@ def _tf_steps(kind: str, x: np.ndarray, slots: dict[str, np.ndarray], e, a, b, n
             s["m"] = b1 * s["m"] + (1 - b1) * g
             s["v"] = b2 * s["v"] + (1 - b2) * g * g
             x -= lr_t * s["m"] / (np.sqrt(s["v"]) + EPS)  # TF's epsilon "hat"
-        elif kind == "momentum":
-            s["acc"] = float(e["momentum"]) * s["acc"] + g
-            x -= float(e["momentum_lr"]) * s["acc"]
+        elif kind in ("momentum", "nesterov"):
+            mu, lr = float(e["momentum"]), float(e["momentum_lr"])
+            s["accum"] = mu * s["accum"] + g
+            x -= lr * (g + mu * s["accum"]) if kind == "nesterov" else lr * s["accum"]
         elif kind == "rmsprop":
             rho, mu = float(e["rmsprop_decay"]), float(e["rmsprop_momentum"])
             s["ms"] = rho * s["ms"] + (1 - rho) * g * g
@@ -168,45 +245,23 @@ def _tf_steps(kind: str, x: np.ndarray, slots: dict[str, np.ndarray], e, a, b, n
             s["mom"] = mu * s["mom"] + float(e["rmsprop_lr"]) * g / np.sqrt(s["ms"] + EPS)
             x -= s["mom"]
         else:
-            s["acc"] += g * g
-            x -= float(e["adagrad_lr"]) * g / np.sqrt(s["acc"])
-    return x
-
-
-TF_SLOTS = {
-    "adam": {"m": "slot_adam_m", "v": "slot_adam_v"},
-    "momentum": {"acc": "slot_momentum"},
-    "rmsprop": {"ms": "slot_rmsprop_ms", "mom": "slot_rmsprop_mom"},
-    "adagrad": {"acc": "slot_adagrad"},
-}
+            s["accum"] += g * g
+            x -= float(e["adagrad_lr"]) * g / np.sqrt(s["accum"])
+    return x, s
 
 
 @pytest.mark.parametrize("kind", list(TF_SLOTS))
-@pytest.mark.parametrize("model", list(MODELS))
-def test_resumed_training_follows_tf_update_rule(model: str, kind: str) -> None:
-    """Three more steps in torch equal three steps of TF's rule from the same checkpoint.
-
-    float64 on both sides; what is left is the epsilon's place (TF Adam: outside the bias
-    correction; RMSProp: inside the square root; Adagrad: none, torch eps=0 here), so the
-    epsilons are :data:`EPS` on both sides and the tolerance is 1e-12 relative (float64
-    rounding); the state mapping itself is exact (test_optimizer_state_from_tf_slots).
-    """
+def test_the_documented_tf_rules_are_tfs_kernels(kind: str) -> None:
+    """The rules docs/migration.md states for TF1's optimizers (transcribed above) give what TF's
+    kernels gave (``fixtures/tf_updates``), so the table's "what still differs" is about TF."""
+    model = "lstm"
+    u = {k[len(model) + 1 :]: v for k, v in UPDATES.items() if k.startswith(f"{model}/")}
     e = _expected(model, "aligned")
-    layer = MODELS[model](dtype=torch.float64)
-    opt = _optimizer(kind, list(layer.parameters()), e)
-    checkpoint.restore(_prefix(model, "aligned"), layer, optimizer=opt)
-    rng = np.random.default_rng(7)
-    a = rng.uniform(0.5, 1.5, e["ours"].size)
-    b = rng.uniform(-0.5, 0.5, e["ours"].size)
-    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    for _ in range(3):
-        opt.zero_grad()
-        loss = ((ta * layer.opaque_kernel + tb) ** 2).sum()
-        loss.backward()
-        opt.step()
-    slots = {k: e[v].astype(np.float64) for k, v in TF_SLOTS[kind].items()}
-    want = _tf_steps(kind, e["ours"].astype(np.float64), slots, e, a, b, 3)
-    np.testing.assert_allclose(layer.opaque_kernel.detach().numpy(), want, rtol=1e-12, atol=1e-14)
+    slots = {k: u[f"slot/{v}"] for k, v in TF_SLOTS[kind].items()}
+    x, s = _documented_tf_rules(kind, u["x0"], slots, e, u["a"], u["b"], 3)
+    np.testing.assert_allclose(x, u[f"{kind}/x3"], rtol=1e-13)
+    for slot, value in s.items():
+        np.testing.assert_allclose(value, u[f"{kind}/{slot}"], rtol=1e-13)
 
 
 # -- finding the variable -----------------------------------------------------------------------
@@ -831,3 +886,23 @@ def test_a_restore_writes_each_buffer_once() -> None:
     assert layer.opaque_kernel._version == before + 1
     want = torch.from_numpy(_expected("lstm", "classic")["ours"])
     assert torch.equal(layer.opaque_kernel.detach(), want)
+
+
+def test_a_strict_restore_expects_the_opaque_kernel_and_slots_it_uses() -> None:
+    """strict=True refuses what the restore does not use, and only that: the opaque kernel it
+    takes every value from, and with Adam that kernel's Adam slots and beta powers, are
+    expected (they were once refused as "unexpected" while being used)."""
+    prefix = str(HERE / "tf1_opaque" / "lstm_aligned.ckpt")
+    unused = ["Adagrad", "Momentum", "RMSProp", "RMSProp_1"]
+    for optimizer in (False, True):
+        layer = CudnnLSTM(2, 3, input_size=2, scope="model")
+        adam = torch.optim.Adam(layer.parameters(), lr=0.01) if optimizer else None
+        with pytest.raises(checkpoint.CheckpointError) as info:
+            checkpoint.restore(prefix, layer, strict=True, optimizer=adam)
+        named = sorted(
+            p.split("'")[1] for p in info.value.problems if p.startswith("unexpected tensor")
+        )
+        kernel = "model/cudnn_lstm/opaque_kernel"
+        extra = [] if optimizer else ["beta1_power", "beta2_power"]
+        slots = unused if optimizer else ["Adam", "Adam_1", *unused]
+        assert named == sorted(extra + [f"{kernel}/{s}" for s in slots]), named
