@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from torch import Tensor, nn
 
 from cudnn_rnn._once import once
 from cudnn_rnn.checkpointable import Checkpointable, Shape
+from cudnn_rnn.core import tf_names
 from cudnn_rnn.files import Claims, first_line, quote
 from cudnn_rnn.formats import safetensors
 from cudnn_rnn.formats.safetensors import (
@@ -302,7 +304,14 @@ def restore(
     if where.problems:
         raise CheckpointError(path, where.problems)
     wanted = where.expected(expected)
-    _check_claims(path, wanted, claims, bool(strict))
+    try:
+        _check_claims(path, wanted, claims, strict=False)  # strict: below, once the plan is known
+    except CheckpointError as err:
+        hint = _scope_hint(wanted, claims)
+        if hint is None:
+            raise
+        more = err.count - len(err.problems)
+        raise CheckpointError(path, [*err.problems, hint], more=more) from None
     read = _tf_data(path, bundle, list(wanted))
     tensors = {name: read[where.names[name]] for name in expected}
     problems: list[str] = []
@@ -310,6 +319,9 @@ def restore(
     if problems:
         raise CheckpointError(path, problems)
     exact = _opaque_plan(path, bundle, found, tensors, optimizer, opaque_name)
+    if strict:  # the opaque kernel, its slots and beta powers the restore uses are expected too
+        used = {n: claims[n][0] for n in (exact.used if exact is not None else ())}
+        _check_claims(path, {**wanted, **used}, claims, strict=True)
     # Every final buffer is known before anything is written, and each is written once: a
     # layer's exact buffer from its opaque kernel, else from TF 1.3's exact biases, else from
     # the canonical tensors (each summed bias split in halves).
@@ -319,6 +331,31 @@ def restore(
     load_into(path, found, tensors, buffers)
     if exact is not None:
         exact.apply_states()
+
+
+def _scope_hint(expected: Mapping[str, Shape], claims: Claims) -> str | None:
+    """Where the file holds the expected canonical names under another scope (a TF 1.x layer
+    built by its first call inside ``variable_scope("model")`` saves under
+    ``model/cudnn_lstm/rnn/...``, the layer's own scope, not ``model/rnn/...``): the scope to
+    pass, in words; None when no such scope holds them all."""
+    scopes: set[str] | None = None
+    for name in expected:
+        parsed = tf_names.parse(name)
+        if parsed is None:
+            return None
+        tail = "/" + str(dataclasses.replace(parsed, scope=None))
+        here = {c[: -len(tail)] for c in claims if c.endswith(tail) and c != name}
+        scopes = here if scopes is None else scopes & here
+        if not scopes:
+            return None
+    if not scopes or len(scopes) != 1:
+        return None
+    (scope,) = scopes
+    return (
+        f"the file holds every one of these tensors under the scope {quote(scope)} (a TF 1.x "
+        f"layer built by its first call names its tensors under its own scope): build the "
+        f"layer with scope={scope!r}"
+    )
 
 
 def _opaque_plan(

@@ -94,6 +94,9 @@ class Plan:
     states: list[tuple[torch.optim.Optimizer, Tensor, dict[str, Any]]] = field(default_factory=list)
     #: opaque variable name -> (alignment, unit, padding) of the layout found, for messages.
     found: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    #: Every variable of the file the writes and states come from (opaque kernels, their
+    #: slots, Adam's beta powers): expected tensors for a strict restore.
+    used: set[str] = field(default_factory=set)
 
     def apply_states(self) -> None:
         """Give each optimizer its state (the buffers are written by the restore itself)."""
@@ -164,7 +167,7 @@ def plan(
     if problems:
         raise OpaqueRestoreError(problems)
     arrays = {n: t.numpy() for n, t in read(sorted(wanted)).items()}
-    out = Plan()
+    out = Plan(used=set(wanted))
     for t, name in chosen:
         mine: list[str] = []
         fits = _plan_one(t, name, arrays, canonical, optimizer, out, mine)
@@ -178,6 +181,7 @@ def plan(
                 OpaqueKernelSkipped,
                 stacklevel=4,
             )
+            out.used -= {name, *(f"{name}/{slot}" for slots in _SLOTS.values() for slot in slots)}
             continue
         problems += mine
     if problems:
