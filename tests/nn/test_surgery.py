@@ -149,14 +149,12 @@ def test_a_replaced_model_compiles_fullgraph_to_eagers_values_and_gradients(back
 def test_distributed_data_parallel_trains_a_replaced_model() -> None:
     """One gloo process: DDP wraps the replaced model, its gradients reach every parameter,
     and a step gives what the bare model gives."""
-    import socket
-
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # An in-memory store (no port to race for), and DDP's reducer released while its group is
+    # alive: a reducer outliving destroy_process_group once hung a test worker in gloo's
+    # destructor, joining its threads.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # type: ignore[attr-defined]
     try:
         torch.manual_seed(3)
         model = cnn.replace_rnns(Tagger(torch.float64))
@@ -165,6 +163,7 @@ def test_distributed_data_parallel_trains_a_replaced_model() -> None:
         ddp = tnn.parallel.DistributedDataParallel(model)
         data = [(torch.randint(0, 20, (4, 7)), torch.randint(0, 3, (4,)))]
         _train(ddp, 2, data), _train(twin, 2, data)
+        del ddp
         for p, q in zip(model.parameters(), twin.parameters()):
             torch.testing.assert_close(p, q, atol=1e-12, rtol=1e-12)
     finally:
