@@ -4,7 +4,7 @@
   LSTM(128, 256, num_layers=2, bidirectional=True) -> GRU(512, 256) -> Linear(256, 10)``,
   batch-first, B 32, T 60, a training step (forward, cross-entropy, backward, SGD step); the
   two models hold the same weights, timed in alternating blocks in one process
-  (:func:`cudnn_rnn.bench.time_alternating`); and the growth of the peak resident set over the
+  (:func:`cudnn_rnn.cli.bench.time_alternating`); and the growth of the peak resident set over the
   second training step, each in a fresh process (as the suite's memory probes).
 * **Cells stepped in a Python loop**: ``LSTMCell(256, 256)`` and ``GRUCell(256, 256)`` over 50
   steps of B 32 (the states carried, a loss on each step's output), forward and backward, in
@@ -25,7 +25,7 @@ import torch
 from torch import nn as tnn
 
 import cudnn_rnn.nn as cnn
-from cudnn_rnn.bench import Timing, in_fresh_process, time_alternating
+from cudnn_rnn.cli.bench import Timing, in_fresh_process, time_alternating
 
 OURS, TORCH_NN = "ours", "torch.nn"
 MODULE = "benchmarks.dropin"

@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks import suite
 from cudnn_rnn import convert
-from cudnn_rnn.bench import inference_step, layer_call, torch_call, training_step
+from cudnn_rnn.cli.bench import inference_step, layer_call, torch_call, training_step
 
 KERNELS = ("aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward", "aten::_thnn", "aten::lstm")
 

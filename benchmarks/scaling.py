@@ -7,7 +7,7 @@ suite trains the shape, unless ``--no-training``) at
 each thread count of ``--threads`` (default 1, 2, 4, 8, 16; counts above the machine's cores are
 left out), each count in a fresh process started with ``OMP_NUM_THREADS`` and
 ``MKL_NUM_THREADS`` set to it and ``torch.set_num_threads`` called with it, so that ours,
-torch.nn and the runtimes (``cudnn_rnn.bench.runtime_threads``) all get the same cores. Every
+torch.nn and the runtimes (``cudnn_rnn.cli.bench.runtime_threads``) all get the same cores. Every
 count measures its own float32 matmul peak (the suite's :func:`~benchmarks.suite.matmul_peak`)
 and times each shape as the suite does (:func:`~benchmarks.suite.bench_shape`: ours, torch.nn,
 onnxruntime and OpenVINO where installed, alternating block by block; in training ours and
@@ -49,14 +49,8 @@ if str(ROOT) not in sys.path:  # run as a script: the suite is imported as bench
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import suite  # noqa: E402
-from cudnn_rnn import atomic  # noqa: E402
-from cudnn_rnn.bench import (  # noqa: E402
-    OURS,
-    TORCH_NN,
-    Timing,
-    add_timing_arguments,
-    check_timing_arguments,
-)
+from cudnn_rnn.cli.bench import OURS, TORCH_NN, Timing, add_timing_arguments, check_timing_arguments  # noqa: E402
+from cudnn_rnn.io import atomic  # noqa: E402
 
 __all__ = ["SCALING_SHAPES", "THREADS", "main", "report", "run"]
 

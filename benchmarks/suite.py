@@ -15,11 +15,11 @@ Shapes (:data:`SHAPES`, in five groups; ``--quick`` runs tiny ones, ``--shapes N
 * **training** (forward + backward, against ``torch.nn``): GRU (100, 32, 1024), LSTM
   (100, 64, 512), RNN-tanh and RNN-relu (50, 16, 1760), the small LSTM and the other large shapes.
 
-Method. Every shape is measured by :func:`cudnn_rnn.bench.measure`, what ``cudnn-rnn bench``
+Method. Every shape is measured by :func:`cudnn_rnn.cli.bench.measure`, what ``cudnn-rnn bench``
 runs on a user's model: the same weights run everywhere, on the same inputs (a seeded NumPy
 normal array per batch, and int32 lengths where sequences are shorter than the batch). Each
 implementation first warms up untimed (``warmup`` seconds and at least
-:data:`cudnn_rnn.bench.WARMUP_CALLS` calls); then they alternate block by block (one untimed
+:data:`cudnn_rnn.cli.bench.WARMUP_CALLS` calls); then they alternate block by block (one untimed
 call, then enough timed calls to fill ``block`` seconds), several repeats; the median time per
 call is reported. Inference is a forward pass under ``torch.no_grad()``; training is a forward
 pass, a backward pass of ``sum(out * g)`` and dropping the gradients.
@@ -37,7 +37,7 @@ Peers (each skipped, with a note, when it is not installed):
   spinning after a run, which starved whatever ran next in the same process: torch.nn ran up
   to 10x slower), timed on command block by block in turn with ours and the other peers, and
   pausing 0.1 s after each of its blocks so that its threads stop spinning before the next
-  one (``cudnn_rnn.bench.RemotePeer``): every ratio compares blocks run within the same
+  one (``cudnn_rnn.cli.bench.RemotePeer``): every ratio compares blocks run within the same
   second or so, which matters on a shared machine whose speed drifts by 1.5x over minutes.
   Variable lengths reach them as ``sequence_lens``. Each peer's output is compared with ours
   over the valid steps (``max_abs_diff`` in the JSON); where they differ by more than 1e-4 the
@@ -115,8 +115,8 @@ import torch
 from torch import Tensor
 
 import cudnn_rnn
-from cudnn_rnn import atomic, convert
-from cudnn_rnn.bench import (
+from cudnn_rnn import convert
+from cudnn_rnn.cli.bench import (
     OURS,
     PEERS,
     TORCH_NN,
@@ -138,6 +138,7 @@ from cudnn_rnn.bench import (
 )
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.io import atomic
 from cudnn_rnn.layers import _CudnnRNN, layer_of
 
 __all__ = ["SHAPES", "Shape", "main", "run"]
@@ -363,7 +364,7 @@ DYNAMIC_RNN_SHAPE = next(s for s in SHAPES if s.name == "lstm-100x64x512")
 
 
 def timing_for(shape: Shape, timing: Timing) -> Timing:
-    """The serving rows are timed lighter (:meth:`cudnn_rnn.bench.Timing.lighter`)."""
+    """The serving rows are timed lighter (:meth:`cudnn_rnn.cli.bench.Timing.lighter`)."""
     return timing.lighter() if shape.group == "serving" else timing
 
 

@@ -42,7 +42,7 @@ the environment torchrun sets (:func:`env_from_environ`), joins the group (gloo 
 CUDA) and trains its model wrapped in ``DistributedDataParallel``.
 
 This script lives beside the package, not in it (the wheel holds neither it nor the text), and
-imports only ``cudnn_rnn``: its public API and :mod:`cudnn_rnn.atomic`, the one atomic writer.
+imports only ``cudnn_rnn``: its public API and :mod:`cudnn_rnn.io.atomic`, the one atomic writer.
 
 Ctrl-C stops training after the current step; the model so far is saved and the exit code is
 130. Progress goes to stderr (one updating line on a terminal, plain lines otherwise).
@@ -82,7 +82,8 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 import cudnn_rnn
-from cudnn_rnn import CudnnCompatibleLSTMCell, CudnnLSTM, MultiRNNCell, atomic, checkpoint, convert
+from cudnn_rnn import CudnnCompatibleLSTMCell, CudnnLSTM, MultiRNNCell, checkpoint, convert
+from cudnn_rnn.io import atomic
 
 __all__ = [
     "EXIT_INTERRUPTED",

@@ -1,4 +1,4 @@
-"""The one atomic writer (``cudnn_rnn.atomic``) and the crash-safe TF1 bundle overwrite.
+"""The one atomic writer (``cudnn_rnn.io.atomic``) and the crash-safe TF1 bundle overwrite.
 
 Every file the library writes gets the permissions ``open()`` would give it and keeps those of a
 file it overwrites; a write that fails leaves the old file and no temporary file; a writer killed
@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudnn_rnn import atomic, checkpoint, cli, convert, model_files
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn import checkpoint, cli, convert
+from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.io import atomic
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnLSTM
 from examples import demo
 

@@ -1,4 +1,4 @@
-"""cudnn_rnn.bench: timing a model against its peers (``cudnn-rnn bench``; the suite builds on it).
+"""cudnn_rnn.cli.bench: timing a model against its peers (``cudnn-rnn bench``; the suite uses it).
 
 Timings themselves are never asserted; what is checked is what runs, on which weights and inputs,
 how outputs are compared, and what the notes say.
@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import _runtime_peer, bench, convert
+from cudnn_rnn import convert
+from cudnn_rnn.cli import bench
+from cudnn_rnn.cli import runtime_peer as _runtime_peer
 from tests.support.timing import FakeClock
 
 TINY = bench.Timing(repeats=1, block=0.001, warmup=0.0)
@@ -24,7 +26,7 @@ pytestmark = [
         "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
     ),
     # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's
-    # __array__ (as in tests/formats/test_keras.py).
+    # __array__ (as in tests/converters/test_keras.py).
     pytest.mark.filterwarnings(
         "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
     ),
@@ -288,7 +290,7 @@ def test_the_runtimes_alternate_with_ours_block_by_block(monkeypatch: pytest.Mon
 
 def test_a_failing_fresh_process_says_why() -> None:
     with pytest.raises(RuntimeError, match=r"AttributeError: .*'no_such_function'"):
-        bench.in_fresh_process("cudnn_rnn.bench", "no_such_function", [], timeout=120)
+        bench.in_fresh_process("cudnn_rnn.cli.bench", "no_such_function", [], timeout=120)
     assert bench.in_fresh_process("json", "dumps", [[1, "a"]], timeout=120) == '[1, "a"]'
 
 

@@ -18,7 +18,7 @@ import torch
 import cudnn_rnn
 from benchmarks import suite
 from benchmarks.suite import Row, Shape
-from cudnn_rnn import bench
+from cudnn_rnn.cli import bench
 from tests.support.timing import HANG, FakeClock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -316,7 +316,7 @@ def test_the_machine_table_names_our_cpu_engine(monkeypatch: pytest.MonkeyPatch)
     ("argv", "message"),
     [
         (["--shapes", "nope"], "unknown shape(s) nope; choose from lstm-2-25x1x256, "),
-        # The timing options are checked by cudnn_rnn.bench (tests/test_bench.py has them all).
+        # The timing options are checked by cudnn_rnn.cli.bench (tests/test_bench.py has them all).
         (["--repeats", "0"], "--repeats must be an integer >= 1, got 0."),
         (["--device", "meta"], "--device must be cpu, cuda or cuda:N, got 'meta'."),
     ],

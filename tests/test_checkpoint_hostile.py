@@ -261,5 +261,5 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    # The one guard (cudnn_rnn.files) names a special file as every reader does.
+    # The one guard (cudnn_rnn.io.files) names a special file as every reader does.
     assert result.stdout.count("a FIFO (named pipe), not a regular file") == 2

@@ -41,7 +41,7 @@ from cudnn_rnn.cells import (
     dynamic_rnn,
 )
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf1"

@@ -13,9 +13,9 @@ import torch
 
 from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.detect import detect_models
+from cudnn_rnn.converters.loader import load_layer
+from cudnn_rnn.io.detect import detect_models
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
-from cudnn_rnn.model_files import load_layer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tf1"
 pytestmark = [
@@ -23,7 +23,7 @@ pytestmark = [
         "ignore:You are using the legacy TorchScript-based ONNX export:DeprecationWarning"
     ),
     # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's
-    # __array__ (bench's Keras peer; as in tests/formats/test_keras.py).
+    # __array__ (bench's Keras peer; as in tests/converters/test_keras.py).
     pytest.mark.filterwarnings(
         "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
     ),
@@ -214,7 +214,7 @@ def test_bench_of_a_plain_rnn_needs_its_activation(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        # The timing options are checked by cudnn_rnn.bench (tests/test_bench.py has them all).
+        # The timing options are checked by cudnn_rnn.cli.bench (tests/test_bench.py has them all).
         (["--block", "nan"], "--block must be a number of seconds > 0, got nan."),
         (["--steps", "0"], "--steps must be an integer >= 1, got 0."),
         (["--batch", "-2"], "--batch must be an integer >= 1, got -2."),

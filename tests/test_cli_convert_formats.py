@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_rnn import checkpoint, convert, files
+from cudnn_rnn import checkpoint, convert
 from cudnn_rnn.cli import build_parser, main
+from cudnn_rnn.io import files
 from cudnn_rnn.layers import CudnnLSTM
 
 pytestmark = pytest.mark.filterwarnings(

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudnn_rnn import atomic, checkpoint
+from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
+from cudnn_rnn.io import atomic
 from cudnn_rnn.layers import CudnnLSTM
 
 POSIX = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and sockets")

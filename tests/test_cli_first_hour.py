@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import _commands, cli
+from cudnn_rnn import cli
+from cudnn_rnn.cli import commands as _commands
 from cudnn_rnn.cli import main
 
 

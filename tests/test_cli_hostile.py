@@ -18,10 +18,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from cudnn_rnn import _commands, checkpoint
+from cudnn_rnn import checkpoint
+from cudnn_rnn.cli import commands as _commands
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.detect import detect_models, detect_models_and_skipped
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.detect import detect_models, detect_models_and_skipped
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnLSTM
 from tests.support.privileges import DROP_DAC
 from tests.support.timing import HANG, child_cpu_seconds

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import checkpoint, model_files
+from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.layers import CudnnGRU
 
 

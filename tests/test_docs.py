@@ -92,7 +92,7 @@ def test_every_page_with_examples_runs_them_or_says_why() -> None:
 
 
 # Keras' torch backend converts with np.array(tensor), which NumPy 2 flags for torch's __array__:
-# a third-party deprecation, not ours (as in tests/formats/test_keras.py).
+# a third-party deprecation, not ours (as in tests/converters/test_keras.py).
 @pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
 )

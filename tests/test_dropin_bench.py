@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks import dropin
-from cudnn_rnn.bench import Timing
+from cudnn_rnn.cli.bench import Timing
 
 
 def test_the_two_models_are_the_same_model() -> None:

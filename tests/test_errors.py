@@ -12,13 +12,19 @@ import torch
 
 import cudnn_rnn
 import cudnn_rnn.nn
-from cudnn_rnn import atomic, bench, checkpoint, cli, convert, files, model_files, pickles
+from cudnn_rnn import checkpoint, cli, convert
+from cudnn_rnn.cli import bench
+from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.converters import onnx
+from cudnn_rnn.converters import tf1_opaque as tf1_opaque
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.formats import cudnn_layout, keras3, keras_h5, onnx, torch_file
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
-from cudnn_rnn.formats.tf1 import cells as tf1_cells
-from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
-from cudnn_rnn.formats.tf1 import protobuf_wire
+from cudnn_rnn.io import atomic, cudnn_layout, files, pickles
+from cudnn_rnn.io.keras import h5 as keras_h5
+from cudnn_rnn.io.keras import keras3
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import cells as tf1_cells
+from cudnn_rnn.io.tf1 import protobuf_wire
+from cudnn_rnn.io.torch import file as torch_file
 from cudnn_rnn.nn._checks import RNNArgumentError
 from tests.support.paths import FIXTURES
 

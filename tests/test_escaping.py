@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import convert, files
+from cudnn_rnn import convert
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.found import FoundRNN
+from cudnn_rnn.io import files
+from cudnn_rnn.io.found import FoundRNN
 
 #: Names a hostile file may hold: a window title, a screen clear, a forged line, a bidi override.
 HOSTILE = ["\x1b]0;pwned\x07", "\x1b[2J", "a\nFORGED LINE", "\u202e"]

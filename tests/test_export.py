@@ -21,7 +21,7 @@ from torch import nn
 
 from cudnn_rnn import CudnnLSTM
 from cudnn_rnn.export import ONNX_OPS
-from tests.formats.test_torch_nn import DIRECTIONS, MODES, inputs_for, random_layer
+from tests.converters.test_torch_nn import DIRECTIONS, MODES, inputs_for, random_layer
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

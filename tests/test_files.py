@@ -1,4 +1,4 @@
-"""cudnn_rnn.files: the one safe opener, and formats told apart by content on files made by the
+"""cudnn_rnn.io.files: the one safe opener, and formats told apart by content on files made by the
 real producers (torch.save, torch.jit.save, np.savez, h5py, safetensors, onnx, TF1), whatever
 their names, and on empty, truncated, hostile and special files."""
 
@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import checkpoint, files
+from cudnn_rnn import checkpoint
+from cudnn_rnn.io import files
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 from tests.support.paths import FIXTURES
 
@@ -388,7 +389,7 @@ def test_fifos_are_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "prefix.index")
     script = (
         "import sys\n"
-        "from cudnn_rnn import files\n"
+        "from cudnn_rnn.io import files\n"
         "for call in (files.open_regular, files.sniff, files.regular_size):\n"
         "    try:\n"
         "        call(sys.argv[1])\n"

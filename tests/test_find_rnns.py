@@ -1,6 +1,6 @@
 """``convert.find_rnns`` and ``cudnn-rnn inspect``/``convert --model``: every RNN of any file, and
 one of them loaded by the name the listing gives (issue 22). Per-format details are tested with
-each format's reader (tests/formats/); here the one entry point over all of them."""
+each format's reader (tests/io/); here the one entry point over all of them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, convert
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.found import FoundRNN
-from cudnn_rnn.model_files import load_layer
+from cudnn_rnn.converters.loader import load_layer
+from cudnn_rnn.io.found import FoundRNN
 from tests.support.paths import FIXTURES
 
 KERAS2 = FIXTURES / "keras2"

@@ -109,7 +109,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_cuda" name="test_cuda_forward_matches_oracle_without_copy[gru]">
 <failure message="UserWarning: RNN module weights are not part of single contiguous chunk&#10;x">
 trace</failure></testcase>
-<testcase classname="tests.formats.test_torch_nn" name="test_cuda_device_is_kept">
+<testcase classname="tests.converters.test_torch_nn" name="test_cuda_device_is_kept">
 <skipped message="needs a CUDA device"/></testcase>
 <testcase classname="tests.cells.test_cells_fused.TestX" name="test_y"/>
 <testcase classname="" name="tests.test_keras"><skipped message="could not import 'keras'"/>
@@ -123,7 +123,7 @@ def test_parse_junit_and_the_two_test_sections() -> None:
     assert [(c.nodeid, c.outcome) for c in cases] == [
         ("tests/test_cuda.py::test_offsets_equal_cudnn_flat_buffer[gru-u-None]", PASSED),
         ("tests/test_cuda.py::test_cuda_forward_matches_oracle_without_copy[gru]", FAILED),
-        ("tests/formats/test_torch_nn.py::test_cuda_device_is_kept", SKIPPED),
+        ("tests/converters/test_torch_nn.py::test_cuda_device_is_kept", SKIPPED),
         ("tests/cells/test_cells_fused.py::TestX::test_y", PASSED),
         ("tests/test_keras.py", SKIPPED),
     ]

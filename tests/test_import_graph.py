@@ -1,12 +1,16 @@
-"""The package's imports point one way: no cycle, and lower layers never import upper ones.
+"""The package's imports point one way: no cycle, and no module imports one above it.
 
-DESIGN.md: ``core`` (pure Python + NumPy) <- the operator and its engines <- ops, layers, cells,
-saveables <- ``formats`` <- ``cli``. In the file wing: ``files`` (safe opening, sniffing, the
-format error base; on ``errors`` only) <- ``formats`` <- ``checkpoint`` <- ``model_files`` <-
-``cli``. Every module under ``src/cudnn_rnn`` is parsed with ``ast`` (never imported, so nothing
-here depends on torch or on import order), and every import of
-``cudnn_rnn.*`` counts: module-level, inside functions, under ``TYPE_CHECKING``. A lazy import is
-still a dependency; it only changes when the dependency bites.
+The house (DESIGN.md, docs/internals/architecture.md), bottom to top: ``core`` (pure Python +
+NumPy) and ``errors``; ``io`` (bytes <-> data: every reader and writer); the operator, its
+``engines`` and the argument checks; the modules (``ops``, ``layers``, ``cells``, ``nn``, the
+saveables); ``converters`` (data <-> modules) with their fronts ``convert`` and
+``checkpoint``; ``cli``. An import may point to its own level or one below, never above
+(:data:`LEVELS`). Inside ``io``, the safe-file layer (``io.files``, standard library only, on
+``errors`` alone) is the bottom, and the TF1 format's layers import downward. Every module
+under ``src/cudnn_rnn`` is parsed with ``ast`` (never imported, so nothing here depends on
+torch or on import order), and every import of ``cudnn_rnn.*`` counts: module-level, inside
+functions, under ``TYPE_CHECKING``. A lazy import is still a dependency; it only changes when
+the dependency bites.
 
 Edges go to the module that is named: ``from cudnn_rnn.x import y`` is an edge to
 ``cudnn_rnn.x.y`` when that is a module, else to ``cudnn_rnn.x``. The parent packages that Python
@@ -31,38 +35,31 @@ import pytest
 PACKAGE = "cudnn_rnn"
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-#: Below the converters and files: never import what is listed in UPPER (prefixes: a module or a
-#: package and everything in it; modules that do not exist yet, such as the operator and its
-#: engines while they are being written, simply match nothing).
-LOWER = tuple(
-    f"{PACKAGE}.{name}"
-    for name in (
-        "core",
-        "operator",
-        "export",
-        "engines",
-        "validation",
-        "initializers",
-        "errors",
-        "ops",
-        "layers",
-        "cells",
-        "saveable",
-        "checkpointable",
-    )
-)
-UPPER = tuple(
-    f"{PACKAGE}.{name}"
-    for name in ("formats", "convert", "cli", "bench", "checkpoint", "model_files")
+
+def _names(*names: str) -> tuple[str, ...]:
+    return tuple(f"{PACKAGE}.{name}" for name in names)
+
+
+#: The levels of the house, bottom first (a module or package and everything in it): a module
+#: imports its own level or one below, never one above. ``cudnn_rnn._moved`` (the old import
+#: paths, standard library only) stands at the bottom.
+LEVELS: tuple[tuple[str, ...], ...] = (
+    _names("core", "errors", "_moved"),
+    _names("io"),
+    _names("validation", "initializers", "operator", "export", "engines"),
+    _names("ops", "layers", "cells", "nn", "saveable", "checkpointable"),
+    _names("converters", "convert", "checkpoint"),
+    _names("cli"),
 )
 #: The folders beside the package (the benchmark suite, the GPU check, the demo) and the tests:
 #: they import the package, never the other way round (nor are they in the wheel).
 BESIDE = ("benchmarks", "tools", "examples", "tests")
 CORE = f"{PACKAGE}.core"
+IO = f"{PACKAGE}.io"
 #: The saveables convert an opaque buffer through the layout table (core); they stand beside the
 #: op level, not on it, and never build runtime op objects.
-SAVEABLES = (f"{PACKAGE}.saveable", f"{PACKAGE}.checkpointable")
-RUNTIME = tuple(f"{PACKAGE}.{name}" for name in ("operator", "engines", "ops", "layers", "cells"))
+SAVEABLES = _names("saveable", "checkpointable")
+RUNTIME = _names("operator", "engines", "ops", "layers", "cells")
 #: What core may import besides the standard library and itself: it is pure Python + NumPy.
 CORE_THIRD_PARTY = frozenset({"numpy"})
 #: The cells package, one concern a module, lowest first: the cells, the drivers that run them,
@@ -71,26 +68,28 @@ CORE_THIRD_PARTY = frozenset({"numpy"})
 CELLS = f"{PACKAGE}.cells"
 CELLS_ORDER = tuple(f"{CELLS}.{name}" for name in ("compatible", "drivers", "stacks"))
 #: The one module that builds and parses TF's canonical names: pure, so in core, below every
-#: module that names tensors (the cells, the saveables, the command line).
+#: module that names tensors (the cells, the saveables, the readers).
 TF_NAMES = f"{CORE}.tf_names"
-#: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may import:
-#: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
-#: The package's error base (``errors``, standard library only) sits below them all, and the file
-#: wing's bottom (``files``: safe opening, sniffing, the format error base) on it.
+#: The package's error base (``errors``, standard library only) sits below everything, and the
+#: file layer's bottom (``io.files``: safe opening, sniffing, the format error base) on it.
 ERRORS = f"{PACKAGE}.errors"
-FILES = f"{PACKAGE}.files"
-TF1 = f"{PACKAGE}.formats.tf1"
+FILES = f"{IO}.files"
+#: The TF1 checkpoint format's layers, top to bottom, and what else of the package each may
+#: import: a layer imports only the layers below it (bundle -> SSTable -> protobuf wire format).
+TF1 = f"{IO}.tf1"
 TF1_LAYERS: dict[str, frozenset[str]] = {
-    f"{TF1}.bundle": frozenset({f"{PACKAGE}.atomic", FILES, ERRORS}),
+    f"{TF1}.bundle": frozenset({f"{IO}.atomic", FILES, ERRORS}),
     f"{TF1}.table": frozenset({FILES, ERRORS}),
     f"{TF1}.protobuf_wire": frozenset({ERRORS}),
 }
-FORMATS = f"{PACKAGE}.formats"
-#: Above every format: no module of formats imports them (checkpoint fits what formats read to
-#: objects; model_files picks a format by content for the command line).
-ABOVE_FORMATS = tuple(
-    f"{PACKAGE}.{name}" for name in ("checkpoint", "model_files", "convert", "cli", "bench")
-)
+
+
+def level_of(module: str) -> int | None:
+    """The level of ``module`` in :data:`LEVELS` (None: the package's facade)."""
+    for level, prefixes in enumerate(LEVELS):
+        if any(in_package(module, p) for p in prefixes):
+            return level
+    return None
 
 
 @dataclass(frozen=True)
@@ -273,17 +272,20 @@ def test_core_imports_only_core_the_standard_library_and_numpy(modules: dict[str
     )
 
 
-def test_lower_layers_never_import_formats_converters_or_the_cli(edges: list[Edge]) -> None:
-    bad = [
-        f"{e.source} imports {e.target} ({e.where})"
-        for e in edges
-        if any(in_package(e.source, low) for low in LOWER)
-        and any(in_package(e.target, up) for up in UPPER)
-    ]
-    assert not bad, (
-        "a lower layer imports a converter, a file format or the command line (even lazily):\n"
-        + "\n".join(bad)
-    )
+def test_every_module_has_a_level(modules: dict[str, Path]) -> None:
+    homeless = sorted(m for m in modules if m != PACKAGE and level_of(m) is None)
+    assert not homeless, f"modules in no level of LEVELS (give each a room): {homeless}"
+
+
+def test_no_module_imports_a_level_above_its_own(edges: list[Edge]) -> None:
+    bad = []
+    for e in edges:
+        source, target = level_of(e.source), level_of(e.target)
+        if source is not None and target is not None and target > source:
+            bad.append(
+                f"{e.source} (level {source}) imports {e.target} (level {target}) ({e.where})"
+            )
+    assert not bad, "an import points up the house (even a lazy one):\n" + "\n".join(bad)
 
 
 def test_the_package_never_imports_what_stands_beside_it(modules: dict[str, Path]) -> None:
@@ -349,7 +351,7 @@ def test_files_imports_nothing_of_the_package_but_errors(
     """``files`` is the bottom of the file wing: every reader and writer may stand on it."""
     assert FILES in modules
     bad = [f"{e.target} ({e.where})" for e in edges if e.source == FILES and e.target != ERRORS]
-    assert not bad, "cudnn_rnn.files imports the package beyond errors: " + ", ".join(bad)
+    assert not bad, "cudnn_rnn.io.files imports the package beyond errors: " + ", ".join(bad)
 
 
 def test_files_imports_only_the_standard_library(modules: dict[str, Path]) -> None:
@@ -359,22 +361,20 @@ def test_files_imports_only_the_standard_library(modules: dict[str, Path]) -> No
         for imp in imports_of(path.read_text(encoding="utf-8"), FILES, is_package(path))
         if imp.target.split(".")[0] not in (*sys.stdlib_module_names, PACKAGE)
     ]
-    assert not foreign, "cudnn_rnn.files is standard library only: " + ", ".join(foreign)
+    assert not foreign, "cudnn_rnn.io.files is standard library only: " + ", ".join(foreign)
 
 
-def test_formats_never_import_checkpoint_or_what_stands_above_it(
-    modules: dict[str, Path], edges: list[Edge]
-) -> None:
-    """checkpoint may import formats; no module of formats imports checkpoint (or the modules
-    above it), so CheckpointError lives in formats (``formats.safetensors``, re-exported)."""
-    assert f"{FORMATS}.safetensors" in modules and f"{TF1}.bundle" in modules
-    assert any(e.source == f"{PACKAGE}.checkpoint" and in_package(e.target, FORMATS) for e in edges)
+def test_the_readers_never_import_modules(edges: list[Edge]) -> None:
+    """io holds readers and writers of data: it never imports the operator, the modules, the
+    converters (checkpoint and convert included) or the command, even lazily."""
+    assert any(e.source == f"{PACKAGE}.checkpoint" and in_package(e.target, IO) for e in edges)
+    above = [p for level in LEVELS[2:] for p in level]
     bad = [
         f"{e.source} imports {e.target} ({e.where})"
         for e in edges
-        if in_package(e.source, FORMATS) and any(in_package(e.target, a) for a in ABOVE_FORMATS)
+        if in_package(e.source, IO) and any(in_package(e.target, a) for a in above)
     ]
-    assert not bad, "a format imports checkpoint or a module above it:\n" + "\n".join(bad)
+    assert not bad, "a reader imports a module above io:\n" + "\n".join(bad)
 
 
 def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:
@@ -393,7 +393,7 @@ def test_the_cells_package_imports_point_down(edges: list[Edge]) -> None:
 
 def test_every_module_that_names_tensors_uses_tf_names(edges: list[Edge]) -> None:
     users = {e.source for e in edges if e.target == TF_NAMES}
-    namers = {f"{PACKAGE}.saveable", f"{FORMATS}.detect", f"{PACKAGE}.model_files", *CELLS_ORDER}
+    namers = {f"{PACKAGE}.saveable", f"{IO}.detect", f"{PACKAGE}.converters.loader", *CELLS_ORDER}
     assert namers <= users, f"not built with {TF_NAMES}: {sorted(namers - users)}"
 
 
@@ -411,14 +411,14 @@ from .spec import RNNSpec
 if TYPE_CHECKING:
     from cudnn_rnn.layers import CudnnLSTM
 def lazy():
-    from cudnn_rnn.formats import onnx
+    from cudnn_rnn.converters import onnx
 """
     known = [
         PACKAGE,
         "cudnn_rnn.ops",
         "cudnn_rnn.layers",
-        "cudnn_rnn.formats",
-        "cudnn_rnn.formats.onnx",
+        "cudnn_rnn.converters",
+        "cudnn_rnn.converters.onnx",
         "cudnn_rnn.core",
         "cudnn_rnn.core.layout",
         "cudnn_rnn.core.gates",
@@ -433,7 +433,7 @@ def lazy():
         "cudnn_rnn.core.gates",
         "cudnn_rnn.core.spec",
         "cudnn_rnn.layers",
-        "cudnn_rnn.formats.onnx",
+        "cudnn_rnn.converters.onnx",
     ]
 
 
@@ -441,8 +441,8 @@ def test_a_cycle_is_reported_with_its_path() -> None:
     edges = [
         Edge("cudnn_rnn.ops", "cudnn_rnn.core.layout", "ops.py:1"),
         Edge("cudnn_rnn.ops", "cudnn_rnn.inference", "ops.py:2"),
-        Edge("cudnn_rnn.inference", "cudnn_rnn.formats.onnx", "inference.py:3"),
-        Edge("cudnn_rnn.formats.onnx", "cudnn_rnn.layers", "onnx.py:4"),
+        Edge("cudnn_rnn.inference", "cudnn_rnn.converters.onnx", "inference.py:3"),
+        Edge("cudnn_rnn.converters.onnx", "cudnn_rnn.layers", "onnx.py:4"),
         Edge("cudnn_rnn.layers", "cudnn_rnn.ops", "layers.py:5"),
         Edge("cudnn_rnn.cli", "cudnn_rnn.layers", "cli.py:6"),
     ]
@@ -450,8 +450,8 @@ def test_a_cycle_is_reported_with_its_path() -> None:
     assert (
         describe(cycle).splitlines()[0].split()
         == (
-            "cudnn_rnn.formats.onnx -> cudnn_rnn.layers -> cudnn_rnn.ops -> cudnn_rnn.inference "
-            "-> cudnn_rnn.formats.onnx"
+            "cudnn_rnn.converters.onnx -> cudnn_rnn.layers -> cudnn_rnn.ops -> cudnn_rnn.inference "
+            "-> cudnn_rnn.converters.onnx"
         ).split()
     )
     assert find_cycles(edges[:1] + edges[2:]) == []

@@ -28,9 +28,9 @@ from safetensors.torch import save_file
 import cudnn_rnn
 from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
-from cudnn_rnn.files import MAX_JSON_DEPTH, FormatError, json_depth, load_json
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
-from cudnn_rnn.formats.tf1 import protobuf_wire
+from cudnn_rnn.io.files import MAX_JSON_DEPTH, FormatError, json_depth, load_json
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import protobuf_wire
 from tests.support.paths import FIXTURES
 
 
@@ -184,7 +184,7 @@ def test_the_scan_is_linear_in_the_document() -> None:
 
 _MEMORY_PROBE = """
 import sys
-from cudnn_rnn.files import json_depth
+from cudnn_rnn.io.files import json_depth
 
 def high_water():
     with open("/proc/self/status") as f:
@@ -320,7 +320,7 @@ def test_nested_models_within_the_bound_are_walked_without_recursion_errors(
 
 
 def test_a_header_above_the_format_s_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
-    from cudnn_rnn.formats import safetensors
+    from cudnn_rnn.io import safetensors
 
     path = tmp_path / "big.safetensors"
     with open(path, "wb") as f:  # a sparse file: the header is never written, nor read

@@ -15,14 +15,14 @@ from torch import nn
 import cudnn_rnn
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.canonical import layer_canonical
-from cudnn_rnn.model_files import UsageError
+from cudnn_rnn.converters.canonical import layer_canonical
+from cudnn_rnn.converters.loader import UsageError
 from tests.support.paths import FIXTURES
 
 
 def test_the_loader_is_public_and_dir_lists_it() -> None:
     assert {"find_rnns", "load", "nn"} <= set(dir(cudnn_rnn)) | set(cudnn_rnn.__all__)
-    assert cudnn_rnn.load.__module__ == "cudnn_rnn.model_files"
+    assert cudnn_rnn.load.__module__ == "cudnn_rnn.converters.loader"
 
 
 class Tagger(nn.Module):
@@ -75,7 +75,7 @@ def test_several_rnns_need_a_name_and_the_refusal_says_name_in_python_words(
     with pytest.raises(UsageError, match=r"holds 2 RNNs .*'enc', 'dec'.*pick one with name=NAME"):
         cudnn_rnn.load(tmp_path / "two.pt")
     with pytest.raises(UsageError, match="--model"):  # the command's words on the command line
-        cudnn_rnn.model_files.load_layer(str(tmp_path / "two.pt"))
+        cudnn_rnn.converters.loader.load_layer(str(tmp_path / "two.pt"))
     gru = cudnn_rnn.load(tmp_path / "two.pt", "enc")
     assert isinstance(gru, CudnnGRU) and gru.num_units == 4
 
@@ -185,8 +185,9 @@ def test_tf1_cells_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_one_registry_covers_every_format_s_finder_loader_and_help() -> None:
-    from cudnn_rnn import cli, model_files
-    from cudnn_rnn.formats import registry
+    from cudnn_rnn import cli
+    from cudnn_rnn.converters import loader as model_files
+    from cudnn_rnn.io import registry
 
     names = [f.name for f in registry.FORMATS]
     assert sorted(names) == sorted(model_files._FINDERS) == sorted(model_files._LOADERS)
@@ -211,8 +212,8 @@ def test_one_command_parses_a_file_once(
     argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command sniffs its file once and parses a TF1 index once, however many steps look."""
-    from cudnn_rnn import files as files_module
-    from cudnn_rnn.formats.tf1 import bundle
+    from cudnn_rnn.io import files as files_module
+    from cudnn_rnn.io.tf1 import bundle
 
     counts = {"sniff": 0, "_parse_index": 0}
 

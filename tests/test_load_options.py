@@ -19,12 +19,13 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, model_files
+from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
+from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.converters.loader import OptionError
 from cudnn_rnn.errors import CudnnRNNError, UsageError
-from cudnn_rnn.formats import registry
+from cudnn_rnn.io import registry
 from cudnn_rnn.layers import CudnnLSTM
-from cudnn_rnn.model_files import OptionError
 from tests.support.paths import FIXTURES
 
 
@@ -36,7 +37,7 @@ def _safetensors(d: Path) -> str:
 
 def _onnx(d: Path) -> str:
     pytest.importorskip("onnx")
-    from cudnn_rnn.formats.onnx import to_onnx
+    from cudnn_rnn.converters.onnx import to_onnx
 
     path = d / "m.onnx"
     to_onnx(CudnnLSTM(1, 3, input_size=2), path)
@@ -188,7 +189,7 @@ def test_keras3_s_time_limit_reaches_its_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """It was taken and dropped: now the table says the reader takes it, and it gets it."""
-    from cudnn_rnn.formats import keras3
+    from cudnn_rnn.io.keras import keras3
 
     path = _keras3(tmp_path)
     seen: list[object] = []

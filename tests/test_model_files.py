@@ -1,4 +1,4 @@
-"""cudnn_rnn.model_files: the reader is chosen by the file's content, not its name.
+"""cudnn_rnn.converters.loader: the reader is chosen by the file's content, not its name.
 
 Issue 22: a torch zip without extension, a TorchScript archive or an ``.npz`` went to the
 safetensors reader and failed with "the header length 578712552184433488 exceeds ...". Now each
@@ -17,12 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import checkpoint, convert, files, model_files
+from cudnn_rnn import checkpoint, convert
 from cudnn_rnn.cli import main
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
-from cudnn_rnn.formats.torch_state import TorchFileError
+from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.converters.loader import UnsupportedFormat, load_layer, reader_of
+from cudnn_rnn.io import files
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.torch.state import TorchFileError
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
-from cudnn_rnn.model_files import UnsupportedFormat, load_layer, reader_of
 from tests.support.paths import FIXTURES
 
 pytestmark = pytest.mark.filterwarnings(

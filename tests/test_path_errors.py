@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 import cudnn_rnn
-from cudnn_rnn import checkpoint, convert, files
+from cudnn_rnn import checkpoint, convert
+from cudnn_rnn.converters.npz import from_numpy_canonical
 from cudnn_rnn.errors import CudnnRNNError, FileAccessError
-from cudnn_rnn.formats import npz, torch_file
+from cudnn_rnn.io import files
+from cudnn_rnn.io.torch import file as torch_file
 from tests.support import readers
 from tests.support.privileges import run_without_dac
 
@@ -41,7 +43,7 @@ READERS: dict[str, Callable[[Path], object]] = {
     "torch_file.read_state": torch_file.read_state,
     "torchscript.open_archive": readers.open_archive,
     "npz.open_npz": readers.open_npz,
-    "npz.from_numpy_canonical": lambda p: npz.from_numpy_canonical(p, "gru", 1, 2, 2),
+    "npz.from_numpy_canonical": lambda p: from_numpy_canonical(p, "gru", 1, 2, 2),
     "checkpoint.restore": lambda p: checkpoint.restore(p, cudnn_rnn.CudnnLSTM(1, 2, input_size=2)),
     "checkpoint.load_file": checkpoint.load_file,
     "checkpoint.describe": checkpoint.describe,
@@ -106,8 +108,8 @@ def test_no_permission_is_a_permission_error(tmp_path: Path) -> None:
         out = run_without_dac(
             """
             import errno
-            from cudnn_rnn.files import FileAccessError
-            from cudnn_rnn.formats import torch_file
+            from cudnn_rnn.io.files import FileAccessError
+            from cudnn_rnn.io.torch import file as torch_file
             try:
                 torch_file.find_rnns(sys.argv[1])
             except PermissionError as err:

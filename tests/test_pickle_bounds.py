@@ -1,4 +1,4 @@
-"""The one bounded pickle reader (cudnn_rnn.pickles): every pickle the package unpickles or hands
+"""The one bounded pickle reader (cudnn_rnn.io.pickles): every pickle the package unpickles or hands
 to torch.load is walked first, so a memo index, an opcode count, a nesting or a length that would
 make an unpickler allocate or work without bound is refused with its byte named, through every
 entry point, before anything is unpickled; the pickles real producers write still read."""
@@ -21,9 +21,10 @@ import pytest
 import torch
 
 import cudnn_rnn
-from cudnn_rnn import convert, files, pickles
-from cudnn_rnn.formats import torch_file
-from cudnn_rnn.formats.torch_file import TorchFileError
+from cudnn_rnn import convert
+from cudnn_rnn.io import files, pickles
+from cudnn_rnn.io.torch import file as torch_file
+from cudnn_rnn.io.torch.file import TorchFileError
 from tests.support import readers, zips
 
 
@@ -416,7 +417,8 @@ def test_a_recursion_error_never_escapes_a_reader(
 ) -> None:
     """The last net: whatever walk of the data would still recurse too deep, each reader
     raises its own error naming the file."""
-    from cudnn_rnn.formats import torch_pickle, torchscript
+    from cudnn_rnn.io.torch import pickled as torch_pickle
+    from cudnn_rnn.io.torch import torchscript
 
     path = tmp_path / "state.pt"
     torch.save(torch.nn.GRU(2, 3).state_dict(), path)
@@ -467,7 +469,7 @@ def test_the_budget_is_a_multiple_of_the_pickles_read_plus_a_constant() -> None:
 def test_real_files_stay_well_within_the_budget(tmp_path: Path) -> None:
     """What real producers write rebuilds 2 to 15 bytes a byte of pickle (measured:
     torch.save(model) of many small modules is the most); the budget allows 32."""
-    from cudnn_rnn.formats import torch_pickle
+    from cudnn_rnn.io.torch import pickled as torch_pickle
 
     model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(300)], torch.nn.LSTM(2, 3))
     files_ = {"model.pt": model, "state.pt": {"state_dict": model.state_dict(), "epoch": 3}}

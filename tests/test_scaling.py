@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks import scaling
-from cudnn_rnn.bench import ORT_OURS, OURS, TORCH_NN, Timing
+from cudnn_rnn.cli.bench import ORT_OURS, OURS, TORCH_NN, Timing
 
 
 def _run(threads: int, ours: float, peer: float, peak: float, training: dict | None = None) -> dict:

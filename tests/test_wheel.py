@@ -66,7 +66,7 @@ def test_the_wheel_holds_the_library_and_the_command(wheel_files: list[str]) -> 
         if "__pycache__" not in path.parts
     }
     assert sources <= set(wheel_files), sorted(sources - set(wheel_files))
-    for name in ("cudnn_rnn/cli.py", "cudnn_rnn/bench.py", "cudnn_rnn/py.typed"):
+    for name in ("cudnn_rnn/cli/__init__.py", "cudnn_rnn/cli/bench.py", "cudnn_rnn/py.typed"):
         assert name in wheel_files, name
     info = next(t for t in tops if t.endswith(".dist-info"))
     entry_points = f"{info}/entry_points.txt"

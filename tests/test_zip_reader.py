@@ -1,4 +1,4 @@
-"""The one zip reader (cudnn_rnn.files.zip_archive): every zip-based format (torch.save,
+"""The one zip reader (cudnn_rnn.io.files.zip_archive): every zip-based format (torch.save,
 TorchScript, .npz, sniffing) is read through it, a hostile archive is refused before anything is
 inflated with one ZipError naming every problem, through every entry point, and archives written
 by the real producers (torch.save, torch.jit.save, np.savez, zip64) still load."""
@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from cudnn_rnn import convert, files
-from cudnn_rnn.formats import npz, torch_file, torchscript
+from cudnn_rnn import convert
+from cudnn_rnn.io import files, npz
+from cudnn_rnn.io.torch import file as torch_file
+from cudnn_rnn.io.torch import torchscript
 from tests.support import readers, zips
 from tests.support.paths import ROOT
 
@@ -204,8 +206,9 @@ def test_nothing_is_inflated_on_the_way_to_the_refusal(
     (tmp_path / "ratio.pt").write_bytes(zips.archive(_replace(_torch_members(), bomb_storage)))
     script = (
         "import json, resource, sys\n"
-        "from cudnn_rnn import convert, files\n"
-        "from cudnn_rnn.formats import torch_file\n"
+        "from cudnn_rnn import convert\n"
+        "from cudnn_rnn.io import files\n"
+        "from cudnn_rnn.io.torch import file as torch_file\n"
         "def peak(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10\n"
         "before, out = peak(), {}\n"
         "for name in sys.argv[1:]:\n"

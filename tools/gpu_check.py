@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cudnn_rnn.atomic import write_file
+from cudnn_rnn.io.atomic import write_file
 
 __all__ = [
     "NOTES",
@@ -945,10 +945,10 @@ which also serves tests/engines/test_cudnn_engine.py in every CI run.
   warnings turned into errors; results equal the CPU run and the oracle to 1e-10 (float64).
 - `tests/cells/test_cells_fused.py::test_cuda_fused_equals_loop`: stacked and bidirectional
   compatible cells run fused on CUDA equal the step-by-step loop, values and gradients (float64).
-- `tests/formats/test_torch_nn.py::test_cuda_device_is_kept`: converting a CUDA layer to `torch.nn`
-  and back keeps it on the GPU.
-- `tests/formats/tf1/test_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
-  discovery that reads TF1 checkpoints' opaque kernels (`formats/cudnn_layout.py`), given only a
+- `tests/converters/test_torch_nn.py::test_cuda_device_is_kept`: converting a CUDA layer to
+  `torch.nn` and back keeps it on the GPU.
+- `tests/io/tf1/test_opaque.py::test_discovery_finds_the_buffer_cudnn_flattens_now`: the layout
+  discovery that reads TF1 checkpoints' opaque kernels (`io/cudnn_layout.py`), given only a
   `torch.nn` module's matrices and each gate's bias sum, finds the buffer cuDNN lays out for it
   right now and splits both biases exactly. `tests/fixtures/cudnn/` keeps nine such buffers, so
   the same check also runs without a GPU.

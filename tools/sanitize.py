@@ -50,12 +50,12 @@ FULL = [
 #: that hands the engine or a C library what a file claims would show here). Their memory
 #: bounds are measured in child processes, where ASan's shadow memory would count: left out.
 HOSTILE = [
-    "tests/formats/test_pickle_hostile.py",
+    "tests/io/test_pickle_hostile.py",
     "tests/test_pickle_bounds.py",
-    "tests/formats/test_onnx_hostile.py",
-    "tests/formats/test_onnx_find_hostile.py",
-    "tests/formats/test_onnx_eval_bounds.py",
-    "tests/formats/tf1/test_hostile.py",
+    "tests/io/test_onnx_hostile.py",
+    "tests/io/test_onnx_find_hostile.py",
+    "tests/io/test_onnx_eval_bounds.py",
+    "tests/io/tf1/test_hostile.py",
     "tests/test_checkpoint_hostile.py",
     "tests/test_json_bounds.py",
     "tests/test_fuzz.py",

@@ -4,7 +4,10 @@ Fused multi-layer, uni- and bidirectional LSTM / GRU / RNN-tanh / RNN-relu with 
 and an opaque parameter buffer, on CPU and GPU. ``cudnn_rnn.ops`` holds the op-level classes.
 
 The torch-based modules are imported on first use, so that ``cudnn_rnn.core`` (pure Python and
-NumPy) can be used where torch is not installed.
+NumPy) can be used where torch is not installed. The package's layers, bottom to top: ``core``,
+``io`` (bytes <-> data), the operator and its ``engines``, the modules (``ops``, ``layers``,
+``cells``, ``nn``, the saveables), ``converters`` (data <-> modules; fronts ``convert`` and
+``checkpoint``), ``cli`` (docs/internals/architecture.md).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from cudnn_rnn import _moved
 from cudnn_rnn.core.constants import (
     CUDNN_GRU,
     CUDNN_INPUT_AUTO_MODE,
@@ -26,6 +30,10 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.errors import CudnnRNNError
 
+# Modules that moved (cudnn_rnn.formats.*, cudnn_rnn.files, ...) stay importable by their old
+# paths: one table, cudnn_rnn._moved.
+_moved.install()
+
 if TYPE_CHECKING:
     from cudnn_rnn import checkpoint, convert, nn, ops
     from cudnn_rnn.cells import (
@@ -38,8 +46,8 @@ if TYPE_CHECKING:
         dynamic_rnn,
         stack_bidirectional_dynamic_rnn,
     )
+    from cudnn_rnn.converters.loader import find_rnns, load
     from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
-    from cudnn_rnn.model_files import find_rnns, load
     from cudnn_rnn.saveable import (
         CudnnGRUSaveable,
         CudnnLSTMSaveable,
@@ -60,8 +68,8 @@ _LAZY: dict[str, str | None] = {
     "checkpoint": None,
     "convert": None,
     "nn": None,
-    "load": "model_files",
-    "find_rnns": "model_files",
+    "load": "converters.loader",
+    "find_rnns": "converters.loader",
     **dict.fromkeys(("CudnnLSTM", "CudnnGRU", "CudnnRNNTanh", "CudnnRNNRelu"), "layers"),
     **dict.fromkeys(
         (

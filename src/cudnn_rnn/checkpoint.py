@@ -15,8 +15,8 @@ Objects are layers, saveables, cell containers (``MultiRNNCell``, ``Bidirectiona
 ``nn.Module`` that contains them (its checkpointable submodules are used, outermost first).
 
 This module fits files to objects; it parses no file itself: the safetensors files are read and
-written by :mod:`cudnn_rnn.formats.safetensors` (whose :class:`CheckpointError` it re-exports),
-TF1 checkpoints by :mod:`cudnn_rnn.formats.tf1`.
+written by :mod:`cudnn_rnn.io.safetensors` (whose :class:`CheckpointError` it re-exports),
+TF1 checkpoints by :mod:`cudnn_rnn.io.tf1`.
 
 >>> import tempfile, os, torch
 >>> from cudnn_rnn import CudnnLSTM
@@ -39,12 +39,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cudnn_rnn._once import once
 from cudnn_rnn.checkpointable import Checkpointable, Shape
+from cudnn_rnn.converters import tf1_legacy as tf1_legacy
+from cudnn_rnn.converters import tf1_opaque as tf1_opaque
 from cudnn_rnn.core import tf_names
-from cudnn_rnn.files import Claims, first_line, quote
-from cudnn_rnn.formats import safetensors
-from cudnn_rnn.formats.safetensors import (
+from cudnn_rnn.io import safetensors
+from cudnn_rnn.io.files import Claims, first_line, quote
+from cudnn_rnn.io.once import once
+from cudnn_rnn.io.safetensors import (
     FORMAT,
     FORMAT_VERSION,
     MAX_LISTED_PROBLEMS,
@@ -52,9 +54,7 @@ from cudnn_rnn.formats.safetensors import (
     describe,
     load_file,
 )
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
-from cudnn_rnn.formats.tf1 import legacy as tf1_legacy
-from cudnn_rnn.formats.tf1 import opaque as tf1_opaque
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 
 __all__ = [
     "FORMAT",
@@ -154,7 +154,7 @@ def read_claims(path: str | os.PathLike[str]) -> Claims:
 
 def _tf_bundle(path: str | os.PathLike[str]) -> Any:
     """The checked index of a TF1 checkpoint (``tf1_bundle.BundleIndex``), read once per call
-    of the functions here (once per operation inside :func:`cudnn_rnn._once.one_operation`)
+    of the functions here (once per operation inside :func:`cudnn_rnn.io.once.one_operation`)
     and handed to every step that needs it."""
     name = os.fspath(path)
 
@@ -164,7 +164,7 @@ def _tf_bundle(path: str | os.PathLike[str]) -> Any:
         except tf1_bundle.TF1BundleError as err:
             raise CheckpointError(path, first_line(err)) from err
 
-    # Once per operation (cudnn_rnn._once): the steps of one load share the checked index.
+    # Once per operation (cudnn_rnn.io.once): the steps of one load share the checked index.
     return once("tf1 index", tf1_bundle.bundle_prefix(name), parse)
 
 
@@ -273,14 +273,14 @@ def restore(
     written, and one :class:`CheckpointError` lists every problem; if an object still refuses
     its tensors while loading, the objects loaded before it are put back as they were.
 
-    TF1 training checkpoints (:mod:`cudnn_rnn.formats.tf1.opaque`): where the file also holds a
+    TF1 training checkpoints (:mod:`cudnn_rnn.converters.tf1_opaque`): where the file also holds a
     layer's opaque kernel (``opaque_name``, else the layer's ``<scope>/<name>/opaque_kernel``,
     else the only ``*/opaque_kernel`` of a fitting size; ``False``: ignore it), its layout is
     discovered from the canonical tensors and every weight and both biases of every gate come
     from it exactly. ``optimizer`` (Adam, SGD with momentum, RMSprop, Adagrad holding the
     layer's ``opaque_kernel``) gets its state from TF's slots of that variable.
 
-    Older TF1 names (:mod:`cudnn_rnn.formats.tf1.legacy`) are read as aliases of the canonical
+    Older TF1 names (:mod:`cudnn_rnn.converters.tf1_legacy`) are read as aliases of the canonical
     ones: TF 1.3's ``multi_rnn_cell/...`` names, whose exact biases ``bias_cudnn_*`` are used
     exactly, and TF 1.8-1.15's object-based keys of a unidirectional ``CudnnLSTM``, at
     ``object_path`` (e.g. ``"model/lstm"``) or the one path of the file that fits.

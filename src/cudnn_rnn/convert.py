@@ -1,7 +1,7 @@
 """Move RNNs between our layers and ``torch.nn``, Keras 3, ONNX and Keras 2 ``.h5`` files.
 
 Every converter is registered here under ``(target, way)`` with a note on what it keeps; the
-implementations live in :mod:`cudnn_rnn.formats` and load only when used, so Keras and ONNX stay
+implementations live in :mod:`cudnn_rnn.io` and load only when used, so Keras and ONNX stay
 optional dependencies.
 
 ============  ======  =====================================================================
@@ -50,12 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from cudnn_rnn.files import quote
+from cudnn_rnn.io.files import quote
 
 if TYPE_CHECKING:  # for the annotations only: importing this module imports no torch
     import torch
 
-    from cudnn_rnn.formats.found import FoundRNN
+    from cudnn_rnn.io.found import FoundRNN
     from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
 
 __all__ = [
@@ -99,32 +99,32 @@ CONVERTERS: dict[tuple[str, str], Converter] = {
         Converter(
             "torch",
             "to",
-            "cudnn_rnn.formats.torch_nn",
+            "cudnn_rnn.converters.torch_nn",
             "to_torch",
             "lossless; skip_input becomes an identity weight_ih_l0",
         ),
-        Converter("torch", "from", "cudnn_rnn.formats.torch_nn", "from_torch", "lossless"),
+        Converter("torch", "from", "cudnn_rnn.converters.torch_nn", "from_torch", "lossless"),
         Converter(
             "keras",
             "to",
-            "cudnn_rnn.formats.keras",
+            "cudnn_rnn.converters.keras",
             "to_keras",
             "equal outputs; LSTM/SimpleRNN biases summed",
         ),
-        Converter("keras", "from", "cudnn_rnn.formats.keras", "from_keras", "lossless"),
-        Converter("onnx", "to", "cudnn_rnn.formats.onnx", "to_onnx", "lossless"),
-        Converter("onnx", "from", "cudnn_rnn.formats.onnx", "from_onnx", "lossless"),
+        Converter("keras", "from", "cudnn_rnn.converters.keras", "from_keras", "lossless"),
+        Converter("onnx", "to", "cudnn_rnn.converters.onnx", "to_onnx", "lossless"),
+        Converter("onnx", "from", "cudnn_rnn.converters.onnx", "from_onnx", "lossless"),
         Converter(
             "numpy",
             "from",
-            "cudnn_rnn.formats.npz",
+            "cudnn_rnn.converters.npz",
             "from_numpy_canonical",
             "lossless (canonical weights and both biases, checked against the configuration)",
         ),
         Converter(
             "keras_h5",
             "from",
-            "cudnn_rnn.formats.keras_h5",
+            "cudnn_rnn.converters.keras_files",
             "from_keras_h5",
             "lossless; refuses what cuDNN's math cannot compute (hard_sigmoid, reset_after=False)",
         ),
@@ -161,7 +161,7 @@ def from_torch(
 ) -> _CudnnRNN:
     """Our layer computing what a ``torch.nn.LSTM/GRU/RNN`` (or ``LSTMCell``/``GRUCell``/
     ``RNNCell``, a state_dict or a torch file) computes; see
-    :func:`cudnn_rnn.formats.torch_nn.from_torch` for ``prefix=`` and ``activation=``."""
+    :func:`cudnn_rnn.converters.torch_nn.from_torch` for ``prefix=`` and ``activation=``."""
     layer: _CudnnRNN = converter("torch", "from")(source, **kwargs)
     return layer
 
@@ -181,7 +181,8 @@ def from_keras(layers: Any) -> _CudnnRNN:
 def from_keras_h5(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, _CudnnRNN]:
     """``{layer name: our layer}`` for the RNN layers of a Keras 2 / tf.keras 1.x ``.h5`` file
     (``CuDNNLSTM``, ``CuDNNGRU``, ``LSTM``, ``GRU(reset_after=True)``, ``SimpleRNN``,
-    ``Bidirectional``); see :func:`cudnn_rnn.formats.keras_h5.from_keras_h5` for the options."""
+    ``Bidirectional``); see :func:`cudnn_rnn.converters.keras_files.from_keras_h5` for the
+    options."""
     layers: dict[str, _CudnnRNN] = converter("keras_h5", "from")(path, **kwargs)
     return layers
 
@@ -193,7 +194,7 @@ def to_onnx(layer: _CudnnRNN, path: str | os.PathLike[str], **kwargs: Any) -> No
 
 def from_onnx(path: Any, **kwargs: Any) -> _CudnnRNN:
     """Our layer from an ONNX model's standard LSTM/GRU/RNN node (``node=`` picks one of those
-    :func:`find_rnns` lists); see :func:`cudnn_rnn.formats.onnx.from_onnx`."""
+    :func:`find_rnns` lists); see :func:`cudnn_rnn.converters.onnx.from_onnx`."""
     layer: _CudnnRNN = converter("onnx", "from")(path, **kwargs)
     return layer
 
@@ -203,14 +204,14 @@ def from_numpy_canonical(
 ) -> _CudnnRNN:
     """Our layer from canonical weights given as NumPy arrays: an ``.npz`` that
     ``np.savez(path, *weights, *biases)`` wrote, or the arrays themselves, with the layer's
-    configuration; see :func:`cudnn_rnn.formats.npz.from_numpy_canonical`."""
+    configuration; see :func:`cudnn_rnn.converters.npz.from_numpy_canonical`."""
     layer: _CudnnRNN = converter("numpy", "from")(source, *args, **kwargs)
     return layer
 
 
 def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
     """Every RNN a file holds, whatever its format (told by its content): a list of
-    :class:`cudnn_rnn.formats.found.FoundRNN`, each with where it is (an ONNX node's path at any
+    :class:`cudnn_rnn.io.found.FoundRNN`, each with where it is (an ONNX node's path at any
     depth, a torch state_dict prefix, a Keras layer path, a checkpoint's scope), its mode, sizes
     and direction, and whether cuDNN's math computes it (and if not, every reason). Its ``name``
     picks it for :func:`cudnn_rnn.load` (``name=``, every format) and the format's own loaders
@@ -219,7 +220,7 @@ def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
     :func:`cudnn_rnn.find_rnns`. ``options``:
     ``activation`` (plain RNNs whose files do not say tanh or relu) and the Keras reader's
     ``confirm_keras_version``, ``merge_layers``."""
-    from cudnn_rnn import model_files
+    from cudnn_rnn.converters import loader as model_files
 
     return model_files.find_rnns(str(path), **options)
 
@@ -242,7 +243,7 @@ def _write_tf1(layer: Any, path: str) -> None:
 def _write_torch(layer: Any, path: str) -> None:
     import torch
 
-    from cudnn_rnn import atomic
+    from cudnn_rnn.io import atomic
 
     state = to_torch(layer).state_dict()
     atomic.write_file(path, lambda f: torch.save(state, f))

@@ -36,7 +36,7 @@ class UsageError(CudnnRNNError):
     """A choice the caller must make, or a problem the caller can fix (a file of several models
     and no name given, an activation the file does not record). The ``cudnn-rnn`` command
     prints it as one line and exits with 2; importable as ``cudnn_rnn.cli.UsageError`` and
-    ``cudnn_rnn.model_files.UsageError`` too."""
+    ``cudnn_rnn.converters.loader.UsageError`` too."""
 
 
 #: errno -> what to do about it, for a path that cannot be read.

@@ -33,7 +33,7 @@ from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.tf_names import TFName, cell_scope, parse, variable_name
-from cudnn_rnn.formats.detect import detect_models
+from cudnn_rnn.io.detect import detect_models
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
 from cudnn_rnn.saveable import (
     CudnnGRUSaveable,

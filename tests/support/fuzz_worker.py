@@ -44,9 +44,10 @@ import numpy as np
 import torch
 
 from cudnn_rnn import CudnnGRU, CudnnLSTM, checkpoint, cli, convert
-from cudnn_rnn.formats import keras_h5
-from cudnn_rnn.formats import onnx as onnx_format
-from cudnn_rnn.formats.tf1 import bundle as tf1_bundle
+from cudnn_rnn.converters import keras_files
+from cudnn_rnn.converters import onnx as onnx_format
+from cudnn_rnn.io.keras import h5 as keras_h5
+from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from tests.support.capped import cap_address_space
 from tests.support.paths import FIXTURES
 
@@ -641,7 +642,7 @@ def discovery_read(run: Run, case: DiscoveryCase) -> str:
     import time
 
     from cudnn_rnn.core.layout import layout_of
-    from cudnn_rnn.formats.cudnn_layout import LayoutNotFound, discover
+    from cudnn_rnn.io.cudnn_layout import LayoutNotFound, discover
 
     layout = layout_of(case.spec)
     start = time.process_time()  # this process's own: other processes' load does not count
@@ -721,7 +722,9 @@ def fuzz_h5(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
 
     source = KERAS2 / "cudnn_model.h5"
     data = source.read_bytes()
-    want = {n: x.opaque_kernel.detach().clone() for n, x in keras_h5.from_keras_h5(source).items()}
+    want = {
+        n: x.opaque_kernel.detach().clone() for n, x in keras_files.from_keras_h5(source).items()
+    }
     spans: list[tuple[int, int]] = []
     with h5py.File(source, "r") as f:  # the intact fixture, trusted: where the values lie
         for ds in _datasets(f, h5py):
@@ -739,7 +742,7 @@ def fuzz_h5(run: Run, folder: Path, rng: random.Random, cases: int) -> None:
     for label, blob, hostile in variants:
         path.write_bytes(blob)
         h5_read(run, label, path, want, H5_LOOP_LIMIT if "loop" in label else H5_TIME_LIMIT)
-        if hostile and "loop" not in label:  # the CLI on a loop: tests/formats/test_keras_h5.py
+        if hostile and "loop" not in label:  # the CLI on a loop: tests/io/test_keras_h5.py
             cli_read(run, f"inspect, {label}", ["inspect", str(path)], str(path))
     if not run.outcomes["ok"]:
         run.bad.append(f"no variant read back: is {H5_TIME_LIMIT} s too short here?")
@@ -754,7 +757,7 @@ def _datasets(f: Any, h5py: Any) -> list[Any]:
 def h5_read(run: Run, label: str, path: Path, want: dict[str, torch.Tensor], limit: float) -> None:
     def read() -> str:
         try:
-            layers = keras_h5.from_keras_h5(path, time_limit=limit)
+            layers = keras_files.from_keras_h5(path, time_limit=limit)
         except keras_h5.KerasH5Error:
             raise
         except ValueError as err:  # a changed config can ask for math cuDNN lacks: refused

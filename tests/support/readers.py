@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_rnn import files
-from cudnn_rnn.formats import npz, torchscript
+from cudnn_rnn.io import files, npz
+from cudnn_rnn.io.torch import torchscript
 
 
 def open_archive(path: Path) -> None:
