@@ -29,6 +29,7 @@ from cudnn_rnn import checkpoint, cli, convert
 from cudnn_rnn.converters import loader as model_files
 from cudnn_rnn.io import atomic
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import writer as tf1_writer
 from cudnn_rnn.layers import CudnnLSTM
 from examples import demo
 
@@ -359,7 +360,7 @@ def test_reading_an_interrupted_tf_overwrite_changes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = tmp_path / "m.ckpt"
-    monkeypatch.setattr(tf1_bundle, "_settle", lambda prefix: None)  # as if the process died
+    monkeypatch.setattr(tf1_writer, "settle", lambda prefix: None)  # as if the process died
     old = save_failing_at_commit(prefix, KeyboardInterrupt(), monkeypatch)
     monkeypatch.undo()
     names = sorted(os.listdir(tmp_path))

@@ -23,6 +23,8 @@ from cudnn_rnn.cli import commands as _commands
 from cudnn_rnn.cli import main
 from cudnn_rnn.io.detect import detect_models, detect_models_and_skipped
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import protos as tf1_protos
+from cudnn_rnn.io.tf1 import table as tf1_table
 from cudnn_rnn.layers import CudnnLSTM
 from tests.support.privileges import DROP_DAC
 from tests.support.timing import HANG, child_cpu_seconds
@@ -119,13 +121,13 @@ def test_safetensors_claiming_a_huge_lstm_allocates_nothing(tmp_path: Path) -> N
 def _index_only(prefix: Path, shapes: dict[str, tuple[int, ...]], data: bytes | None) -> Path:
     """A TF1 index claiming float32 tensors of ``shapes`` (and a data file of ``data``)."""
     # The index is built with the reader module's own encoders, so the claim is well-formed.
-    entries: list[tuple[bytes, bytes]] = [(b"", tf1_bundle._HEADER)]
+    entries: list[tuple[bytes, bytes]] = [(b"", tf1_protos.HEADER)]
     offset = 0
     for name, shape in sorted(shapes.items()):
         size = int(np.prod(shape)) * 4
-        entries.append((name.encode(), tf1_bundle._encode_entry(1, shape, offset, size, 0)))
+        entries.append((name.encode(), tf1_protos.encode_entry(1, shape, offset, size, 0)))
         offset += size
-    table = tf1_bundle._build_table(entries, tf1_bundle._BLOCK_SIZE, tf1_bundle._RESTART_INTERVAL)
+    table = tf1_table.build_table(entries, tf1_table.BLOCK_SIZE, tf1_table.RESTART_INTERVAL)
     Path(f"{prefix}.index").write_bytes(table)
     if data is not None:
         Path(f"{prefix}.data-00000-of-00001").write_bytes(data)

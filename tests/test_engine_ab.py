@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_rnn.engines import native
+from cudnn_rnn.engines import native, native_library
 from tests.support.paths import ROOT
 from tools import engine_ab
 from tools.sanitize import compiler
@@ -64,7 +64,7 @@ def test_a_build_against_itself_gives_the_same_bits_and_a_ratio_near_one(
         # library: no bound on it could both hold on a busy machine and mean something).
         ratio = float(line.split("head / base ")[1].split()[0])
         assert ratio > 0 and np.isfinite(ratio)
-    assert native._library().lib is not None  # the package's own library is back
+    assert native_library._library().lib is not None  # the package's own library is back
 
 
 @needs_engine

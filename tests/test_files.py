@@ -23,6 +23,7 @@ import torch
 
 from cudnn_rnn import checkpoint
 from cudnn_rnn.io import files
+from cudnn_rnn.io.files import sniffing
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM
 from tests.support.paths import FIXTURES
 
@@ -342,7 +343,7 @@ def test_sniffing_reads_a_bounded_part_of_a_large_file(tmp_path: Path) -> None:
         return Counting(real(path, **kwargs).detach())  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(files, "open_regular", counted)
+        patch.setattr(sniffing, "open_regular", counted)  # where sniff looks it up
         assert files.sniff(path) == files.UNKNOWN
     assert reads and all(0 <= n <= 1 << 17 for n in reads), reads
 

@@ -30,7 +30,8 @@ from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
 from cudnn_rnn.io.files import MAX_JSON_DEPTH, FormatError, json_depth, load_json
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
-from cudnn_rnn.io.tf1 import protobuf_wire
+from cudnn_rnn.io.tf1 import protobuf_wire, protos
+from cudnn_rnn.io.tf1 import writer as tf1_writer
 from tests.support.paths import FIXTURES
 
 
@@ -353,7 +354,7 @@ def test_the_protobuf_parser_recurses_into_nothing_it_does_not_know(
     messages (entry -> shape -> dimension; header -> version), a fixed depth, and skips the rest
     as bytes."""
     deep = _nested(20_000)
-    encode_entry = tf1_bundle._encode_entry
+    encode_entry = protos.encode_entry
 
     def with_deep_fields(enum: int, shape: Any, offset: int, size: int, crc: int) -> bytes:
         return encode_entry(enum, shape, offset, size, crc) + protobuf_wire.bytes_field(99, deep)
@@ -361,13 +362,13 @@ def test_the_protobuf_parser_recurses_into_nothing_it_does_not_know(
     tensors = {"rnn/lstm_cell/kernel": torch.ones(7, 16).numpy()}
     tensors["rnn/lstm_cell/bias"] = torch.ones(16).numpy()
     with monkeypatch.context() as patch:
-        patch.setattr(tf1_bundle, "_encode_entry", with_deep_fields)
+        patch.setattr(tf1_writer, "encode_entry", with_deep_fields)
         tf1_bundle.write_bundle(tmp_path / "m.ckpt", tensors)
     (found,) = cudnn_rnn.find_rnns(tmp_path / "m.ckpt")
     assert (found.name, found.num_units, found.input_size) == ("rnn", 4, 3)
     dim = protobuf_wire.varint_field(1, 5) + protobuf_wire.bytes_field(7, deep)
     shape = protobuf_wire.bytes_field(2, dim)
-    assert tf1_bundle._decode_shape(shape, "probe") == (5,)
+    assert protos.decode_shape(shape, "probe") == (5,)
 
 
 def test_the_protobuf_parser_is_linear_in_the_message() -> None:

@@ -186,12 +186,12 @@ def test_tf1_cells_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_one_registry_covers_every_format_s_finder_loader_and_help() -> None:
     from cudnn_rnn import cli
-    from cudnn_rnn.converters import loader as model_files
+    from cudnn_rnn.converters import finder, loader, readers
     from cudnn_rnn.io import registry
 
     names = [f.name for f in registry.FORMATS]
-    assert sorted(names) == sorted(model_files._FINDERS) == sorted(model_files._LOADERS)
-    assert set(model_files.READERS.values()) == set(names)
+    assert sorted(names) == sorted(finder._FINDERS) == sorted(loader._LOADERS)
+    assert set(readers.READERS.values()) == set(names)
     for f in registry.FORMATS:
         assert f.title in cli.DESCRIPTION
         for kind in f.kinds:
@@ -212,7 +212,7 @@ def test_one_command_parses_a_file_once(
     argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command sniffs its file once and parses a TF1 index once, however many steps look."""
-    from cudnn_rnn.io import files as files_module
+    from cudnn_rnn.converters import readers
     from cudnn_rnn.io.tf1 import bundle
 
     counts = {"sniff": 0, "_parse_index": 0}
@@ -226,7 +226,7 @@ def test_one_command_parses_a_file_once(
 
         monkeypatch.setattr(module, name, wrapper)
 
-    counting(files_module, "sniff")
+    counting(readers, "sniff")  # where every step asks a file's kind (readers.kind_of)
     counting(bundle, "_parse_index")
     args = [a.format(tf1=FIXTURES / "tf1", cells=CELLS, out=tmp_path) for a in argv]
     assert main(args) == 0

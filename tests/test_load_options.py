@@ -3,8 +3,9 @@ not take, naming the ones it does, in the caller's words (keyword arguments from
 command's options from ``cudnn-rnn``): ``load(path, forgetbias=0.0)``, ``cell_clip=`` on a TF1
 checkpoint and ``merge_layers=`` on an ONNX model were silently ignored, and a layer came back.
 
-What each format takes is one table (``model_files._OPTIONS``, beside ``_FINDERS`` and
-``_LOADERS``); every message below is derived from it and pinned here, for each format.
+What each format takes is one table (``converters.options._OPTIONS``, beside the finders'
+``_FINDERS`` and the loaders' ``_LOADERS``); every message below is derived from it and pinned
+here, for each format.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import cudnn_rnn
 from cudnn_rnn import checkpoint
 from cudnn_rnn.cli import main
 from cudnn_rnn.converters import loader as model_files
+from cudnn_rnn.converters.finder import _FINDERS
 from cudnn_rnn.converters.loader import OptionError
+from cudnn_rnn.converters.options import _FLAGS, _OPTIONS
 from cudnn_rnn.errors import CudnnRNNError, UsageError
 from cudnn_rnn.io import registry
 from cudnn_rnn.layers import CudnnLSTM
@@ -80,9 +83,9 @@ _FORMATS: dict[str, tuple[Callable[[Path], str], str]] = {
 
 def test_the_table_covers_every_format_and_the_command_s_options() -> None:
     names = {f.name for f in registry.FORMATS}
-    assert set(model_files._OPTIONS) == set(model_files._FINDERS) == names
-    every = {o for takes in model_files._OPTIONS.values() for o in takes}
-    assert set(model_files._FLAGS) <= every
+    assert set(_OPTIONS) == set(_FINDERS) == names
+    every = {o for takes in _OPTIONS.values() for o in takes}
+    assert set(_FLAGS) <= every
 
 
 @pytest.mark.parametrize("fmt", sorted(_FORMATS))

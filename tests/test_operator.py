@@ -18,6 +18,7 @@ from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import native
 from cudnn_rnn.layers import LAYER_CLASSES
+from cudnn_rnn.operator import autograd, implementation
 from tests.support.engines import force_engine, ran, watch_engines
 from tests.support.helpers import assert_matches_oracle, make_case
 
@@ -499,14 +500,14 @@ def test_a_plain_eager_training_call_skips_only_the_dispatcher(
     implementations directly, with the bits of the dispatched call (seen under the profiler,
     which makes them dispatch), every gradient included."""
     dispatched: list[str] = []
-    for name in ("_rnn_op", "_rnn_backward_op"):
-        real = getattr(operator, name)
+    for name in ("_rnn_op", "_rnn_backward_op"):  # as the Function's forward and backward call them
+        real = getattr(autograd, name)
 
         def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
             dispatched.append(_name)
             return _real(*args)
 
-        monkeypatch.setattr(operator, name, spy)
+        monkeypatch.setattr(autograd, name, spy)
     torch.manual_seed(0)
     layer = _layer("lstm", layers=2, dropout=0.3).to(dtype)
     x = torch.randn(6, 3, 5, dtype=dtype, requires_grad=True)
@@ -708,7 +709,9 @@ def test_lengths_are_checked_once_per_training_step(monkeypatch: pytest.MonkeyPa
         return wrapper
 
     monkeypatch.setattr(ops, "check_lengths", counting("caller", ops.check_lengths))
-    monkeypatch.setattr(operator, "_check_lengths", counting("operator", operator._check_lengths))
+    monkeypatch.setattr(
+        implementation, "_check_lengths", counting("operator", implementation._check_lengths)
+    )
     layer = _layer("gru")
     x = torch.randn(6, 3, 5)
     out, _ = layer(x, sequence_lengths=[6, 2, 4])

@@ -417,8 +417,7 @@ def test_a_recursion_error_never_escapes_a_reader(
 ) -> None:
     """The last net: whatever walk of the data would still recurse too deep, each reader
     raises its own error naming the file."""
-    from cudnn_rnn.io.torch import pickled as torch_pickle
-    from cudnn_rnn.io.torch import torchscript
+    from cudnn_rnn.io.torch import contents, torchscript
 
     path = tmp_path / "state.pt"
     torch.save(torch.nn.GRU(2, 3).state_dict(), path)
@@ -426,7 +425,7 @@ def test_a_recursion_error_never_escapes_a_reader(
     def deep(*args: object) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(torch_pickle, "_collect", deep)
+    monkeypatch.setattr(contents, "_collect", deep)
     says = r"state\.pt: its objects nest too deep to be read; the file is corrupt or made to "
     with pytest.raises(TorchFileError, match=says + r"exhaust its reader\.$"):
         torch_file.find_rnns(path)

@@ -163,20 +163,20 @@ def compare(
     """Each shape timed with the two libraries swapped block by block in this process."""
     import torch
 
-    from cudnn_rnn.engines import native
+    from cudnn_rnn.engines import native_library
 
     loaded = {}
-    saved = os.environ.get(native.LIBRARY_ENV)
+    saved = os.environ.get(native_library.LIBRARY_ENV)
     try:
         for name, path in (("base", base), ("head", head)):
-            os.environ[native.LIBRARY_ENV] = str(path)
-            loaded[name] = native._load()
+            os.environ[native_library.LIBRARY_ENV] = str(path)
+            loaded[name] = native_library._load()
     finally:
         if saved is None:
-            os.environ.pop(native.LIBRARY_ENV, None)
+            os.environ.pop(native_library.LIBRARY_ENV, None)
         else:
-            os.environ[native.LIBRARY_ENV] = saved
-    state = native._library()
+            os.environ[native_library.LIBRARY_ENV] = saved
+    state = native_library._library()
     if state.lib is None:
         raise OSError(f"the native engine does not run here: {state.reason}")
     own = state.lib

@@ -896,7 +896,7 @@ NOTES = """\
 ## How the operator runs on CUDA
 
 Every call of an op or a layer goes through our custom operator `cudnn_rnn::rnn`
-(`src/cudnn_rnn/operator.py`), and the rule table of `cudnn_rnn.engines` picks the engine that
+(`src/cudnn_rnn/operator/`), and the rule table of `cudnn_rnn.engines` picks the engine that
 runs it (the environment table at the top says what it picked on the machine the results are
 from). On CUDA, float16/32/64 with cuDNN available, that is `cudnn` (`engines/cudnn.py`), with and
 without gradient: aten's `_cudnn_rnn` and `_cudnn_rnn_backward` (the entry points torch.nn

@@ -48,14 +48,16 @@ if TYPE_CHECKING:
     )
     from cudnn_rnn.converters.loader import find_rnns, load
     from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh
-    from cudnn_rnn.saveable import (
-        CudnnGRUSaveable,
-        CudnnLSTMSaveable,
-        CudnnOpaqueParamsSaveable,
+    from cudnn_rnn.saveable.format_converters import (
         CudnnParamsFormatConverterGRU,
         CudnnParamsFormatConverterLSTM,
         CudnnParamsFormatConverterRelu,
         CudnnParamsFormatConverterTanh,
+    )
+    from cudnn_rnn.saveable.saveables import (
+        CudnnGRUSaveable,
+        CudnnLSTMSaveable,
+        CudnnOpaqueParamsSaveable,
         CudnnRNNReluSaveable,
         CudnnRNNTanhSaveable,
     )
@@ -91,12 +93,17 @@ _LAZY: dict[str, str | None] = {
             "CudnnGRUSaveable",
             "CudnnRNNTanhSaveable",
             "CudnnRNNReluSaveable",
+        ),
+        "saveable.saveables",
+    ),
+    **dict.fromkeys(
+        (
             "CudnnParamsFormatConverterLSTM",
             "CudnnParamsFormatConverterGRU",
             "CudnnParamsFormatConverterTanh",
             "CudnnParamsFormatConverterRelu",
         ),
-        "saveable",
+        "saveable.format_converters",
     ),
 }
 

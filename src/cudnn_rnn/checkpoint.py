@@ -44,7 +44,8 @@ from cudnn_rnn.converters import tf1_legacy as tf1_legacy
 from cudnn_rnn.converters import tf1_opaque as tf1_opaque
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.io import safetensors
-from cudnn_rnn.io.files import Claims, first_line, quote
+from cudnn_rnn.io.files import Claims
+from cudnn_rnn.io.files.escaping import first_line, quote
 from cudnn_rnn.io.once import once
 from cudnn_rnn.io.safetensors import (
     FORMAT,
@@ -55,6 +56,8 @@ from cudnn_rnn.io.safetensors import (
     load_file,
 )
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import prefix as tf1_prefix
+from cudnn_rnn.io.tf1 import writer as tf1_writer
 
 __all__ = [
     "FORMAT",
@@ -127,7 +130,7 @@ def _save_tf(prefix: str | os.PathLike[str], tensors: dict[str, Tensor]) -> None
     # NumPy has no bfloat16: such tensors travel as float32 (exact) and are marked for the writer.
     bf16 = [name for name, t in tensors.items() if t.dtype == torch.bfloat16]
     arrays = {name: (t.float() if name in bf16 else t).numpy() for name, t in tensors.items()}
-    tf1_bundle.write_bundle(str(prefix), arrays, bfloat16=bf16)
+    tf1_writer.write_bundle(str(prefix), arrays, bfloat16=bf16)
 
 
 def is_tf_checkpoint(path: str | os.PathLike[str]) -> bool:
@@ -160,12 +163,12 @@ def _tf_bundle(path: str | os.PathLike[str]) -> Any:
 
     def parse() -> Any:
         try:  # the reader refuses FIFOs, devices and directories before it opens them
-            return tf1_bundle.open_bundle(tf1_bundle.bundle_prefix(name))
+            return tf1_bundle.open_bundle(tf1_prefix.bundle_prefix(name))
         except tf1_bundle.TF1BundleError as err:
             raise CheckpointError(path, first_line(err)) from err
 
     # Once per operation (cudnn_rnn.io.once): the steps of one load share the checked index.
-    return once("tf1 index", tf1_bundle.bundle_prefix(name), parse)
+    return once("tf1 index", tf1_prefix.bundle_prefix(name), parse)
 
 
 def _tf_claims(bundle: Any) -> Claims:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from cudnn_rnn.io.files import quote
+from cudnn_rnn.io.files.escaping import quote
 
 if TYPE_CHECKING:  # for the annotations only: importing this module imports no torch
     import torch
@@ -220,9 +220,9 @@ def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
     :func:`cudnn_rnn.find_rnns`. ``options``:
     ``activation`` (plain RNNs whose files do not say tanh or relu) and the Keras reader's
     ``confirm_keras_version``, ``merge_layers``."""
-    from cudnn_rnn.converters import loader as model_files
+    from cudnn_rnn.converters import finder
 
-    return model_files.find_rnns(str(path), **options)
+    return finder.find_rnns(str(path), **options)
 
 
 # -- files ---------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from cudnn_rnn.ops import PaddedOrPacked
 from cudnn_rnn.validation import check_dtype
 
 if TYPE_CHECKING:
-    from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
+    from cudnn_rnn.saveable.saveables import CudnnOpaqueParamsSaveable
 
 __all__ = ["LAYER_CLASSES", "CudnnGRU", "CudnnLSTM", "CudnnRNNRelu", "CudnnRNNTanh", "layer_of"]
 
@@ -346,7 +346,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
     def saveable(self) -> CudnnOpaqueParamsSaveable:
         """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given)."""
         spec = self._built_spec("saveable")
-        from cudnn_rnn import saveable as saveable_module
+        from cudnn_rnn.saveable import saveables as saveable_module
 
         if self._saveable is None or self._saveable.opaque_params is not self.opaque_kernel:
             cls: type[CudnnOpaqueParamsSaveable] = getattr(saveable_module, self._saveable_cls_name)

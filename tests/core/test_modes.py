@@ -25,13 +25,13 @@ def test_each_framework_orders_exactly_the_mode_s_gates() -> None:
 
 
 def test_the_engines_codes_are_the_table_s_and_the_c_engine_agrees() -> None:
-    from cudnn_rnn.engines import cudnn, native
+    from cudnn_rnn.engines import cudnn, native, native_library
 
     for name, mode in MODES.items():
         assert native.MODE_CODES[name] == cudnn.MODE_CODES[name] == mode.code
     if not native.available():
         pytest.skip(f"the native engine is not loaded: {native.describe()}")
-    lib = native._library().lib
+    lib = native_library._library().lib
     for mode in MODES.values():
         assert lib.cr_mode_gates(mode.code) == mode.num_gates
 

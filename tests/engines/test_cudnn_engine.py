@@ -24,6 +24,7 @@ from cudnn_rnn.cells import CudnnCompatibleLSTMCell, MultiRNNCell, dynamic_rnn
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import cudnn, loop
+from cudnn_rnn.operator import implementation
 from tests.support.cudnn_standin import StandIn
 from tests.support.engines import watch_engines
 from tests.support.helpers import (
@@ -280,7 +281,7 @@ def test_dropout_is_cudnns_own_seeded_per_call(standin: StandIn) -> None:
     again = make_op(spec, seed=11)(*args, params, is_training=True)[0]
     assert torch.equal(first, again)  # the same seed: the same masks
     seeds = [i["seed"] for n, i in standin.calls if n == "dropout_state"]
-    assert seeds[0] == operator._call_seed(11, torch.tensor(0)) and seeds[0] != seeds[1]
+    assert seeds[0] == implementation._call_seed(11, torch.tensor(0)) and seeds[0] != seeds[1]
     # The masks cuDNN drew are the ones the numbers and gradients follow.
     masks = [m.numpy() for m in standin.masks[seeds[0] % 2**63, (4, 3, 4)]]
     want = run_oracle(case, dropout_masks=masks)

@@ -30,7 +30,7 @@ import cudnn_rnn
 from cudnn_rnn import engines
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import loop, native
+from cudnn_rnn.engines import loop, native, native_library, native_workspace
 from cudnn_rnn.engines.common import workspace_numel
 from tests.support.engines import ran, watch_engines
 from tests.support.helpers import (
@@ -49,7 +49,7 @@ import sanitize  # the compiler lookup tools/sanitize.py uses (as tests/engines/
 
 MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 LEVELS = native.level_names()
-RELEASE_FLOATS = native.RELEASE_BYTES // 4
+RELEASE_FLOATS = native_workspace.RELEASE_BYTES // 4
 
 
 def test_engine_is_built_where_a_compiler_is() -> None:
@@ -226,13 +226,13 @@ def _same_bits_every_way(mode: str, level: str) -> None:
         if level == "avx2" and "avx512" in LEVELS:
             with native.use_level("avx512"):
                 results.append(_run(native, problem))
-        lib = native._library().lib
+        lib = native_library._library().lib
         assert lib is not None
         lib.cr_use_openmp(None)  # our own thread team instead of torch's OpenMP pool
         try:
             results.append(_run(native, problem))
         finally:
-            native._share_torch_threads(lib)
+            native_library._share_torch_threads(lib)
     finally:
         torch.set_num_threads(threads)
     for result in results:
@@ -346,13 +346,13 @@ def test_forked_child_starts_its_own_team() -> None:
     do not exist in a forked child, so a two-thread call there must start a team of its own.
     (The child calls the C library only: torch's OpenMP pool, and the engine on it, cannot run
     in a child forked after it ran, as with any torch operator.)"""
-    lib = native._library().lib
+    lib = native_library._library().lib
     assert lib is not None
     lib.cr_use_openmp(None)
     try:
         _fork_and_call()
     finally:
-        native._share_torch_threads(lib)
+        native_library._share_torch_threads(lib)
     assert lib.cr_threading() == 1
 
 
@@ -367,18 +367,18 @@ def _fork_and_call() -> None:
     hns = [torch.empty(batch, units) for _ in range(2)]
 
     def args(k: int) -> Any:
-        return native._ForwardArgs(
+        return native_library._ForwardArgs(
             mode=native.MODE_CODES["rnn_tanh"], steps=steps, batch=batch, units=units,
             threads=2, gi=gi.data_ptr(), gi_st=batch * units, gi_sb=units, bi=bias.data_ptr(),
             r=r.data_ptr(), h0=h0.data_ptr(), y=outs[k].data_ptr(), y_st=batch * units, y_sb=units,
             hn=hns[k].data_ptr(),
         )  # fmt: skip
 
-    native._call("cr_forward", args(0))  # the parent's team exists now
+    native_library._call("cr_forward", args(0))  # the parent's team exists now
     pid = os.fork()
     if pid == 0:  # the child: exit code 0 when the call finished and agrees
         try:
-            native._call("cr_forward", args(1))
+            native_library._call("cr_forward", args(1))
             same = outs[0].numpy().tobytes() == outs[1].numpy().tobytes()
             os._exit(0 if same else 3)
         finally:
@@ -433,8 +433,8 @@ def test_missing_library_falls_back_and_says_so_once(monkeypatch: pytest.MonkeyP
     def no_library() -> Any:
         raise OSError("the native engine is not built (simulated)")
 
-    monkeypatch.setattr(native, "_load", no_library)
-    native._reload()
+    monkeypatch.setattr(native_library, "_load", no_library)
+    native_library._reload()
     try:
         spec = RNNSpec("rnn_relu", 1, 3, 2)
         case = make_case(spec, 3, 2, seed=4)
@@ -447,7 +447,7 @@ def test_missing_library_falls_back_and_says_so_once(monkeypatch: pytest.MonkeyP
         assert engines.select(spec, cpu, torch.float32, True, False) == engines.LOOP
     finally:
         monkeypatch.undo()
-        native._reload()
+        native_library._reload()
     assert native.available()
 
 
@@ -471,10 +471,12 @@ def test_library_refuses_bad_sizes_and_missing_pointers() -> None:
     good = dict(mode=1, steps=1, batch=1, units=4, threads=1, gi=x.data_ptr(), gi_st=4, gi_sb=4,
                 bi=x.data_ptr(), r=r.data_ptr(), h0=x.data_ptr(), y=y.data_ptr(), y_st=4, y_sb=4,
                 hn=hn.data_ptr())  # fmt: skip
-    native._call("cr_forward", native._ForwardArgs(**good))
+    native_library._call("cr_forward", native_library._ForwardArgs(**good))
     # A cell state given to a mode without one is ignored (it crashed once).
     c = torch.full((4,), 7.0)
-    native._call("cr_forward", native._ForwardArgs(**good, c0=c.data_ptr(), cn=c.data_ptr()))
+    native_library._call(
+        "cr_forward", native_library._ForwardArgs(**good, c0=c.data_ptr(), cn=c.data_ptr())
+    )
     assert c.tolist() == [7.0] * 4
     # Strides that would make rows overlap or run short are refused too.
     for bad in (
@@ -482,12 +484,14 @@ def test_library_refuses_bad_sizes_and_missing_pointers() -> None:
         {"gi_sb": 2}, {"gi_st": 0}, {"y_sb": 3}, {"y_st": 2, "batch": 2},
     ):  # fmt: skip
         with pytest.raises(RuntimeError, match="cr_forward refused its sizes or a missing pointer"):
-            native._call("cr_forward", native._ForwardArgs(**{**good, **bad}))
+            native_library._call("cr_forward", native_library._ForwardArgs(**{**good, **bad}))
     # Lengths outside [0, steps] are refused before any step reads them.
     for length in (-1, 2, 2**40):
         lengths = torch.tensor([length])
         with pytest.raises(RuntimeError, match=r"lengths outside \[0, steps\]"):
-            native._call("cr_forward", native._ForwardArgs(**good, lengths=lengths.data_ptr()))
+            native_library._call(
+                "cr_forward", native_library._ForwardArgs(**good, lengths=lengths.data_ptr())
+            )
 
 
 @needs_engine
@@ -499,13 +503,15 @@ def test_library_backward_refuses_bad_strides_and_lengths() -> None:
         gates=buf[1].data_ptr(), hout=buf[2].data_ptr(), dy=buf[3].data_ptr(), dy_st=units,
         dy_sb=units, dgi=buf[4].data_ptr(), dh0=buf[5].data_ptr(), hout_rs=units,
     )  # fmt: skip
-    native._call("cr_backward", native._BackwardArgs(**good))
+    native_library._call("cr_backward", native_library._BackwardArgs(**good))
     for bad in ({"dy_sb": units - 1}, {"dy_st": 0}, {"dy": None}, {"hout_rs": units - 1}):
         with pytest.raises(RuntimeError, match="cr_backward refused its sizes or a missing"):
-            native._call("cr_backward", native._BackwardArgs(**{**good, **bad}))
+            native_library._call("cr_backward", native_library._BackwardArgs(**{**good, **bad}))
     lengths = torch.tensor([3])
     with pytest.raises(RuntimeError, match=r"cr_backward refused sequence lengths outside"):
-        native._call("cr_backward", native._BackwardArgs(**good, lengths=lengths.data_ptr()))
+        native_library._call(
+            "cr_backward", native_library._BackwardArgs(**good, lengths=lengths.data_ptr())
+        )
 
 
 @needs_engine
@@ -762,13 +768,19 @@ def test_library_refuses_a_row_map_that_does_not_match_the_lengths() -> None:
     )  # fmt: skip
     maps = {"good": [0, 1, 2, -1], "short": [0, 1, 2, 3], "order": [1, 0, 2, -1]}
     keep = {k: torch.tensor(v) for k, v in maps.items()}
-    native._call("cr_forward", native._ForwardArgs(**good, rowmap=keep["good"].data_ptr()))
+    native_library._call(
+        "cr_forward", native_library._ForwardArgs(**good, rowmap=keep["good"].data_ptr())
+    )
     for name in ("short", "order"):
         with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
-            native._call("cr_forward", native._ForwardArgs(**good, rowmap=keep[name].data_ptr()))
+            native_library._call(
+                "cr_forward", native_library._ForwardArgs(**good, rowmap=keep[name].data_ptr())
+            )
     with pytest.raises(RuntimeError, match="cr_forward refused its sizes"):
         bad = {**good, "rows": 2}
-        native._call("cr_forward", native._ForwardArgs(**bad, rowmap=keep["good"].data_ptr()))
+        native_library._call(
+            "cr_forward", native_library._ForwardArgs(**bad, rowmap=keep["good"].data_ptr())
+        )
 
 
 @needs_engine
@@ -784,7 +796,7 @@ def test_library_runs_a_packed_projection_of_no_rows() -> None:
     y = torch.full((steps * batch * units,), 5.0)
     hn, cn, x = torch.zeros(batch * units), torch.zeros(batch * units), torch.zeros(8)
     lengths, rowmap = torch.zeros(batch, dtype=torch.int64), torch.full((steps * batch,), -1)
-    args = native._ForwardArgs(
+    args = native_library._ForwardArgs(
         mode=2, steps=steps, batch=batch, units=units, threads=2, bi=bi.data_ptr(),
         r=r.data_ptr(), h0=h0.data_ptr(), c0=c0.data_ptr(), y=y.data_ptr(),
         y_st=batch * units, y_sb=units, hn=hn.data_ptr(), cn=cn.data_ptr(), x=x.data_ptr(),
@@ -793,7 +805,7 @@ def test_library_runs_a_packed_projection_of_no_rows() -> None:
     )  # fmt: skip
     assert native.projection_pass_rows(inputs, 4 * units) is None
     with native.use_products("packed", "packed"):
-        native._call("cr_forward", args)
+        native_library._call("cr_forward", args)
     assert torch.equal(hn, h0) and torch.equal(cn, c0)
     assert bool((y == 0).all())
 
@@ -811,7 +823,16 @@ def test_input_gradient_in_chunks_gives_back_the_gates(
     from cudnn_rnn.engines.common import Weights
 
     size = os.sysconf("SC_PAGE_SIZE")
-    monkeypatch.setattr(native, "RELEASE_BYTES", 3 * size)  # several chunks
+    chunk_bytes = 3 * size // 4  # 8 rows of gates a chunk with 4 KiB pages
+    monkeypatch.setattr(native_workspace, "INPUT_GRAD_CHUNK_BYTES", chunk_bytes)
+    released: list[tuple[int, int]] = []  # each chunk gives back what it has read
+    release = native_workspace._release_bytes
+
+    def spy(start: int, end: int) -> None:
+        released.append((start, end))
+        release(start, end)
+
+    monkeypatch.setattr(native_workspace, "_release_bytes", spy)
     g = torch.Generator().manual_seed(5)
     steps, batch, gates, width = 9, 7, 96, 40  # 63 rows, 24 KiB of gates: 8 chunks
     numel = steps * batch * gates
@@ -825,8 +846,10 @@ def test_input_gradient_in_chunks_gives_back_the_gates(
     want = dgi.double().reshape(-1, gates) @ w.double()
     if into is not None:
         want += into.double().reshape(-1, width)
-    got = native._input_grad_releasing(wt, dgi, into)
+    got = native_workspace._input_grad_releasing(wt, dgi, into)
     assert got.shape == (steps, batch, width)
+    chunk = -(-chunk_bytes // (4 * gates))  # rows
+    assert len(released) == -(-steps * batch // chunk)  # one release a chunk
     torch.testing.assert_close(got.double().reshape(-1, width), want, rtol=1e-5, atol=1e-4)
     if into is not None:
         assert got.data_ptr() == into.data_ptr()
@@ -864,9 +887,9 @@ def test_a_large_workspace_asks_for_huge_pages() -> None:
     whole 2 MiB blocks inside the buffer are marked for transparent huge pages (the mapping's
     ``hg`` flag) and no value moves; a null or short range is refused by no one and changes
     nothing. Whether the kernel then hands out huge pages is its own business."""
-    lib = native._library().lib
+    lib = native_library._library().lib
     assert lib is not None
-    t = torch.arange(native.HUGE_BYTES // 4 * 2, dtype=torch.float32)  # 16 MiB, written
+    t = torch.arange(native_workspace.HUGE_BYTES // 4 * 2, dtype=torch.float32)  # 16 MiB, written
     want = t.clone()
     assert lib.cr_advise_huge(None, 1 << 30) == 0
     assert lib.cr_advise_huge(t.data_ptr() + 4, 1024) == 0  # no whole block inside
@@ -879,8 +902,8 @@ def test_a_large_workspace_asks_for_huge_pages() -> None:
     if flags is None:
         pytest.skip("no /proc/self/smaps")
     assert "hg" in flags
-    fresh = torch.empty(native.HUGE_BYTES // 4 * 2)
-    native._advise_huge(fresh)  # the engine's own call, above HUGE_BYTES
+    fresh = torch.empty(native_workspace.HUGE_BYTES // 4 * 2)
+    native_workspace._advise_huge(fresh)  # the engine's own call, above HUGE_BYTES
     flags = _vm_flags(-(-fresh.data_ptr() // (2 << 20)) * (2 << 20))
     assert flags is not None and "hg" in flags
 
@@ -896,7 +919,7 @@ def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     buf = torch.full((4096 * page,), 7.0)  # 16 MiB with 4 KiB pages
     part = buf[page // 2 + 3 : 2560 * page + 5]  # starts and ends mid-page
     before = _rss_kib()
-    native._release(part)  # 10 MiB: above RELEASE_BYTES
+    native_workspace._release(part)  # 10 MiB: above RELEASE_BYTES
     after = _rss_kib()
     start, end = part.data_ptr(), part.data_ptr() + 4 * part.numel()
     first, last = -(-start // size) * size, end // size * size  # the whole pages within it
@@ -907,12 +930,12 @@ def test_release_gives_back_only_whole_pages_inside_the_part() -> None:
     assert torch.all(buf[~inside] == 7.0)
     if before is not None and after is not None:
         assert before - after >= 2000 * size // 1024  # most of the 2559 pages left
-    native._release(buf[:5])  # below RELEASE_BYTES: nothing given back, nothing touched
+    native_workspace._release(buf[:5])  # below RELEASE_BYTES: nothing given back, nothing touched
     assert torch.all(buf[:5] == 7.0)
     small = torch.full((RELEASE_FLOATS // 2,), 7.0)
-    native._release(small)
+    native_workspace._release(small)
     assert torch.all(small == 7.0)
-    lib = native._library().lib
+    lib = native_library._library().lib
     assert lib is not None
     lib.cr_release(buf.data_ptr() + 3, 100)  # less than a page: nothing to give back
     assert torch.all(buf[1:30] == 7.0)
@@ -1057,8 +1080,8 @@ def test_directions_at_once_give_the_bits_of_directions_in_turn(
     problem = _problem(mode)
     spec = problem[0].spec
     threads = torch.get_num_threads()
-    one_by_one = native._call
-    lib = native._library().lib
+    one_by_one = native._call  # the name the loops' calls are looked up by
+    lib = native_library._library().lib
     assert lib is not None
 
     def in_turn(fn_name: str, *args: Any) -> None:
@@ -1074,7 +1097,7 @@ def test_directions_at_once_give_the_bits_of_directions_in_turn(
             try:
                 own_team = _run(native, problem)
             finally:
-                native._share_torch_threads(lib)
+                native_library._share_torch_threads(lib)
             monkeypatch.setattr(native, "_call", in_turn)
             in_turns = _run(native, problem)
             monkeypatch.setattr(native, "_call", one_by_one)
@@ -1085,7 +1108,7 @@ def test_directions_at_once_give_the_bits_of_directions_in_turn(
 
 
 def test_library_refuses_a_bad_group_of_loops() -> None:
-    lib = native._library().lib
+    lib = native_library._library().lib
     if lib is None:
         pytest.skip("the native engine is not built")
     assert lib.cr_forward_many(None, 2) == 2

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from cudnn_rnn import ops
-from cudnn_rnn.engines import native
+from cudnn_rnn.engines import native, native_boundary, native_library
 from tests.support.isa import isa_params
 
 LEVELS = native.level_names()
@@ -118,7 +118,7 @@ def test_an_unknown_instruction_set_in_the_environment_is_refused(
 ) -> None:
     """The engine does not load (torch's kernels run, NativeEngineWarning says why)."""
     monkeypatch.setenv(native.ISA_ENV, "neon")
-    state = native._Library()
+    state = native_library._Library()
     assert state.lib is None
     assert state.reason.startswith("CUDNN_RNN_NATIVE_ISA='neon' is not an instruction set")
     assert f"choose one of {LEVELS} or unset it" in state.reason
@@ -154,7 +154,7 @@ def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(le
                             torch.set_num_threads(t)
                             c = start.clone()
                             sums = torch.full((m,), float("nan")) if at else None
-                            native._gemm(at, a, b, c, accumulate=accumulate, colsum=sums)
+                            native_boundary._gemm(at, a, b, c, accumulate=accumulate, colsum=sums)
                             results.append(c)
                             if sums is not None:
                                 torch.testing.assert_close(
@@ -167,7 +167,7 @@ def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(le
                         )
             a, b = torch.randn(50, 70, generator=g), torch.randn(50, 30, generator=g)
             wide = torch.zeros(70, 45)
-            native._gemm(True, a[:, 10:60], b, wide[10:60, 5:35])
+            native_boundary._gemm(True, a[:, 10:60], b, wide[10:60, 5:35])
             torch.testing.assert_close(wide[10:60, 5:35], a[:, 10:60].t() @ b)
             wide[10:60, 5:35] = 0
             assert not wide.any()  # nothing written outside the slice
@@ -189,18 +189,18 @@ def test_the_backward_products_give_avx2s_bits_at_avx512() -> None:
             for level in ("avx2", "avx512"):
                 c = torch.empty(m, n)
                 with native.use_level(level):
-                    native._gemm(at, a, b, c)
+                    native_boundary._gemm(at, a, b, c)
                 got.append(c)
             assert torch.equal(*got), (m, n, k, at)
 
 
 @needs_engine
 def test_the_products_refuse_bad_arguments() -> None:
-    args = native._GemmArgs(at=0, m=2, n=2, k=2, lda=2, ldb=2, ldc=1)  # ldc below n
+    args = native_library._GemmArgs(at=0, m=2, n=2, k=2, lda=2, ldb=2, ldc=1)  # ldc below n
     with pytest.raises(RuntimeError, match=r"cr_gemm refused its sizes or a missing pointer"):
-        native._call("cr_gemm", args)
+        native_library._call("cr_gemm", args)
     a = torch.zeros(3, 4)
     with pytest.raises(RuntimeError, match=r"the product's output c .* is not a CPU float32"):
-        native._gemm(False, a, torch.zeros(4, 5), torch.zeros(5, 3).t())
+        native_boundary._gemm(False, a, torch.zeros(4, 5), torch.zeros(5, 3).t())
     with pytest.raises(RuntimeError, match=r"b has shape \(4, 5\), expected"):
-        native._gemm(False, a, torch.zeros(4, 5), torch.zeros(3, 6))
+        native_boundary._gemm(False, a, torch.zeros(4, 5), torch.zeros(3, 6))

@@ -44,17 +44,18 @@ def test_the_sanitizers_catch_an_overflow() -> None:
     code = textwrap.dedent(
         """
         import torch
-        from cudnn_rnn.engines import native
-        assert native.library_path() == native.os.environ[native.LIBRARY_ENV]
+        import os
+        from cudnn_rnn.engines import native_library
+        assert native_library.library_path() == os.environ[native_library.LIBRARY_ENV]
         units = 8
         gi, r = torch.zeros(units), torch.zeros(units, units)
         y = torch.zeros(units - 1)   # one element short: C writes past it
-        args = native._ForwardArgs(
+        args = native_library._ForwardArgs(
             mode=1, steps=1, batch=1, units=units, threads=1, gi=gi.data_ptr(), gi_st=units,
             gi_sb=units, bi=gi.data_ptr(), r=r.data_ptr(), h0=gi.data_ptr(), y=y.data_ptr(),
             y_st=units, y_sb=units, hn=torch.zeros(units).data_ptr(),
         )
-        native._call("cr_forward", args)
+        native_library._call("cr_forward", args)
         print("not caught")
         """
     )

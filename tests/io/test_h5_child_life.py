@@ -23,6 +23,7 @@ pytest.importorskip("h5py")
 
 from cudnn_rnn.io.keras import h5 as keras_h5
 from cudnn_rnn.io.keras import h5_child as _keras_h5_child
+from cudnn_rnn.io.keras import h5_file
 from cudnn_rnn.io.keras.h5 import KerasH5Error
 
 linux = pytest.mark.skipif(
@@ -110,7 +111,7 @@ def test_the_reader_process_dies_with_a_killed_caller(tmp_path: Path) -> None:
     try:
         reader = _reader_of(caller, timeout=60, log=log)
         # RLIMIT_CPU, soft and hard, derived from the caller's time limit with a margin.
-        soft = keras_h5._cpu_limit(_CALLER_LIMIT)
+        soft = h5_file._cpu_limit(_CALLER_LIMIT)
         assert soft >= 2 * _CALLER_LIMIT
         assert _cpu_limits(reader) == (str(soft), str(soft + 5))
         time.sleep(0.3)  # HDF5 is looping now (or soon): the reader stays busy in C
@@ -158,7 +159,7 @@ def test_a_reader_process_whose_parent_is_gone_exits_at_once() -> None:
 def test_a_reader_process_out_of_cpu_time_is_a_keras_h5_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(keras_h5, "_cpu_limit", lambda limit: 1)
+    monkeypatch.setattr(h5_file, "_cpu_limit", lambda limit: 1)
     with pytest.raises(
         KerasH5Error,
         match=r"reading it used more than 1 s of CPU time, so the reader process was stopped "

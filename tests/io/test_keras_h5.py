@@ -35,6 +35,7 @@ h5py = pytest.importorskip("h5py")
 
 from cudnn_rnn.converters.keras_files import from_keras_h5  # noqa: E402
 from cudnn_rnn.io.keras import h5 as keras_h5  # noqa: E402
+from cudnn_rnn.io.keras import h5_file, h5_plans  # noqa: E402
 from cudnn_rnn.io.keras.h5 import KerasH5Error, describe_keras_h5, keras_h5_weights  # noqa: E402
 
 FIXTURES = FIXTURES / "keras2"
@@ -578,7 +579,7 @@ def test_time_limit_checked() -> None:
 
 def test_reader_process_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader process that exits with an error (here: its module is missing) is reported."""
-    monkeypatch.setattr(keras_h5, "_CHILD", "cudnn_rnn.io.no_such_reader")
+    monkeypatch.setattr(h5_file, "_CHILD", "cudnn_rnn.io.no_such_reader")
     with pytest.raises(
         KerasH5Error,
         match=r"cudnn_model.h5': the reader process failed \(exit status 1: ImportError: No "
@@ -599,7 +600,7 @@ def test_malformed_reader_output_refused(blob: bytes, match: str) -> None:
     with pytest.raises(
         KerasH5Error, match=rf"^from_keras_h5: 'x.h5': the reader process sent a {match}"
     ):
-        keras_h5._parse(bytearray(blob), "from_keras_h5: 'x.h5'")
+        h5_file._parse(bytearray(blob), "from_keras_h5: 'x.h5'")
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -909,7 +910,7 @@ def _with_version(tmp_path: Path, src: str, version: Any) -> Path:
     ],
 )
 def test_which_versions_are_old(version: str, old: bool) -> None:
-    assert keras_h5._predates_sigmoid_default(version) is old
+    assert h5_plans._predates_sigmoid_default(version) is old
 
 
 def test_old_version_as_str_attribute(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 import cudnn_rnn
 from cudnn_rnn.converters.torch_nn import from_torch
 from cudnn_rnn.io import files
+from cudnn_rnn.io.torch import contents
 from cudnn_rnn.io.torch import pickled as torch_pickle
 from cudnn_rnn.io.torch.file import find_rnns, read_group, tensor_shapes
 from cudnn_rnn.io.torch.state import TorchFileError
@@ -654,9 +655,9 @@ def test_names_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     path.write_bytes(pickle.dumps({"x" * 2000: lstm.state_dict(), "w": [weight] * 200}))
     assert find_rnns(path) == []  # the RNN's path is over MAX_NAME characters
     assert len(tensor_shapes(path)) == 200
-    monkeypatch.setattr(torch_pickle, "MAX_TENSORS", 100)
+    monkeypatch.setattr(contents, "MAX_TENSORS", 100)
     with pytest.raises(TorchFileError, match=r"names\.pkl: names more than 100 tensors; it is no"):
         find_rnns(path)
-    monkeypatch.setattr(torch_pickle, "MAX_NAME_CHARACTERS", 500)
+    monkeypatch.setattr(contents, "MAX_NAME_CHARACTERS", 500)
     with pytest.raises(TorchFileError, match=r"come to more than 500 characters; it is not read"):
         find_rnns(path)

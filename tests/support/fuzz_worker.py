@@ -48,6 +48,8 @@ from cudnn_rnn.converters import keras_files
 from cudnn_rnn.converters import onnx as onnx_format
 from cudnn_rnn.io.keras import h5 as keras_h5
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import protos as tf1_protos
+from cudnn_rnn.io.tf1 import table as tf1_table
 from tests.support.capped import cap_address_space
 from tests.support.paths import FIXTURES
 
@@ -236,12 +238,10 @@ def hostile_tf1_indexes() -> list[tuple[str, bytes]]:
     float_enum = 1  # DT_FLOAT
 
     def index(*entries: tuple[str, tuple[int, ...], int, int]) -> bytes:
-        rows = [(b"", tf1_bundle._HEADER)]
+        rows = [(b"", tf1_protos.HEADER)]
         for key, shape, offset, size in sorted(entries):
-            rows.append(
-                (key.encode(), tf1_bundle._encode_entry(float_enum, shape, offset, size, 0))
-            )
-        return tf1_bundle._build_table(rows, tf1_bundle._BLOCK_SIZE, tf1_bundle._RESTART_INTERVAL)
+            rows.append((key.encode(), tf1_protos.encode_entry(float_enum, shape, offset, size, 0)))
+        return tf1_table.build_table(rows, tf1_table.BLOCK_SIZE, tf1_table.RESTART_INTERVAL)
 
     many = [(f"t{i:06d}", (1,), 0, 4) for i in range(20_000)]
     return [

@@ -29,15 +29,16 @@ regular file (a directory, a FIFO, a device, a socket, or a symbolic link to one
 never replaced (:func:`cudnn_rnn.io.atomic.check_replaceable`). An option that the reader of the
 file does not take (``--merge-layers`` for an ONNX model) is refused naming those it takes.
 ``inspect`` of a file that holds no RNN says what it read (the format, how many nodes, tensors
-or weights, of which kinds: :func:`cudnn_rnn.converters.loader.looked_at`), exit status 0.
+or weights, of which kinds: :func:`cudnn_rnn.converters.finder.looked_at`), exit status 0.
 
 What a file names (tensors, RNNs, layers, nodes) is printed quoted and escaped
 (:func:`cudnn_rnn.io.files.quote`), and every line printed, to stdout or stderr, is escaped
 (:func:`cudnn_rnn.io.files.escape`): a file cannot drive the terminal (escape sequences), forge a
 line (newlines) or reorder one (bidi controls).
 
-This module handles the arguments only: which reader takes a file, and how a model is read, is
-:mod:`cudnn_rnn.converters.loader`; what is written, :data:`cudnn_rnn.convert.WRITERS`.
+This module handles the arguments only: which reader takes a file is
+:mod:`cudnn_rnn.converters.readers`, how a model is read :mod:`cudnn_rnn.converters.loader`;
+what is written, :data:`cudnn_rnn.convert.WRITERS`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from cudnn_rnn.cli.console import _OptionError, _OutputError, end_progress
 from cudnn_rnn.cli.timing import add_timing_arguments
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.io import atomic, registry
-from cudnn_rnn.io.files import FormatError, clip, escape, first_line
+from cudnn_rnn.io.files.escaping import clip, escape, first_line
+from cudnn_rnn.io.files.opening import FormatError
 
 __all__ = ["DESCRIPTION", "EPILOG", "UsageError", "build_parser", "main"]
 

@@ -1,5 +1,6 @@
-"""``python -m cudnn_rnn.cli``: the ``cudnn-rnn`` command."""
+"""``python -m cudnn_rnn.cli``: the ``cudnn-rnn`` command (importing this module runs nothing)."""
 
 from cudnn_rnn.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

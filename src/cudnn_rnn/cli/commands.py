@@ -17,9 +17,14 @@ import torch
 from cudnn_rnn import convert
 from cudnn_rnn.cli import bench
 from cudnn_rnn.cli.console import _OptionError, _OutputError, progress, say
-from cudnn_rnn.converters import loader as model_files
-from cudnn_rnn.io import atomic, files
-from cudnn_rnn.io.files import quote
+from cudnn_rnn.converters.finder import Looked, find_rnns, looked_at, unread_groups
+from cudnn_rnn.converters.loader import load_layer
+from cudnn_rnn.converters.options import CLI, check_options
+from cudnn_rnn.converters.readers import kind_of, reader_of, tensor_shapes
+from cudnn_rnn.errors import UsageError
+from cudnn_rnn.io import atomic
+from cudnn_rnn.io.files.escaping import quote
+from cudnn_rnn.io.files.sniffing import NPZ, ONNX
 from cudnn_rnn.io.found import FoundRNN
 from cudnn_rnn.io.once import one_operation
 from cudnn_rnn.layers import _CudnnRNN
@@ -30,15 +35,15 @@ __all__ = ["COMMANDS"]
 def _inspect(args: argparse.Namespace) -> None:
     options = _keras_options(args)
     given = {"activation": args.activation, **options}
-    model_files.check_options(args.path, given, spelling=model_files.CLI)  # in its words
-    shapes = model_files.tensor_shapes(args.path, model_files.reader_of(args.path))
-    rnns = model_files.find_rnns(args.path, args.activation, **options)
+    check_options(args.path, given, spelling=CLI)  # in its words
+    shapes = tensor_shapes(args.path, reader_of(args.path))
+    rnns = find_rnns(args.path, args.activation, **options)
     # Where nothing is found, what was looked at: the user can tell it was the right place.
-    looked = None if rnns else model_files.looked_at(args.path, shapes)
+    looked = None if rnns else looked_at(args.path, shapes)
     if args.json:
         _inspect_json(args.path, shapes, rnns, looked)
         return
-    say(f"{args.path}: {model_files.reader_of(args.path)} file, {len(shapes)} tensor(s)")
+    say(f"{args.path}: {reader_of(args.path)} file, {len(shapes)} tensor(s)")
     names = {name: quote(name, None) for name in shapes}
     width = max(map(len, names.values()), default=0)
     for name, (shape, dtype) in sorted(shapes.items()):
@@ -51,13 +56,13 @@ def _inspect(args: argparse.Namespace) -> None:
             say(f"  {line}")
     for rnn in rnns:
         say(f"  {rnn.describe()}")
-    skipped = model_files.unread_groups(args.path)
+    skipped = unread_groups(args.path)
     if skipped:
         say(f"names not understood as a model ({len(skipped)}):")
         for line in skipped[:20]:
             say(f"  {line}")
     if rnns and not computable:  # nothing in it can be converted: say why, as a failure
-        raise model_files.UsageError(
+        raise UsageError(
             f"{args.path}: holds no RNN that cuDNN's math computes: "
             + "; ".join(r.describe() for r in rnns)
         )
@@ -67,15 +72,15 @@ def _inspect_json(
     path: str,
     shapes: dict[str, tuple[tuple[int, ...], str]],
     rnns: list[FoundRNN],
-    looked: model_files.Looked | None,
+    looked: Looked | None,
 ) -> None:
     """``inspect --json``: one JSON object (ASCII: whatever a file names is escaped by JSON).
-    ``looked_at`` is what was read where no RNN was found (:class:`model_files.Looked`'s
+    ``looked_at`` is what was read where no RNN was found (:class:`Looked`'s
     fields), else null."""
     document = {
         "path": path,
-        "format": model_files.reader_of(path),
-        "kind": model_files.kind_of(path),
+        "format": reader_of(path),
+        "kind": kind_of(path),
         "tensors": [
             {"name": name, "shape": list(shape), "dtype": dtype}
             for name, (shape, dtype) in sorted(shapes.items())
@@ -140,9 +145,9 @@ def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) ->
     its RNN may still be."""
     from cudnn_rnn.io.torch.state import find_groups
 
-    kind = model_files.kind_of(path)
+    kind = kind_of(path)
     groups = [g for g in find_groups(shapes) if g.torch_class and not g.problems]
-    if kind == files.ONNX and groups:
+    if kind == ONNX and groups:
         names = ", ".join(g.describe() for g in groups[:3])
         return [
             f"no LSTM, GRU or RNN operator; the initializers are named like {names}, which the "
@@ -150,7 +155,7 @@ def _nothing_found(path: str, shapes: dict[str, tuple[tuple[int, ...], str]]) ->
             "to load those weights: save them as a state_dict (torch.save) and read it with "
             "cudnn-rnn convert or convert.from_torch(path, prefix=...).",
         ]
-    if kind == files.NPZ:
+    if kind == NPZ:
         return [
             "no tensors named like a torch.nn RNN. An .npz of canonical weights "
             "(np.savez(path, *weights, *biases), the order of params_to_canonical) loads with "
@@ -230,7 +235,7 @@ def _keras_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
-    return model_files.load_layer(
+    return load_layer(
         path,
         args.activation,
         args.layer,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from cudnn_rnn.errors import UsageError
-from cudnn_rnn.io.files import escape
+from cudnn_rnn.io.files.escaping import escape
 
 __all__ = ["_OptionError", "_OutputError", "end_progress", "progress", "say"]
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from cudnn_rnn.converters.keras import layer_of_canonical
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import names as quoted_names
 from cudnn_rnn.io.keras import h5, keras3
 from cudnn_rnn.layers import _CudnnRNN
 
@@ -73,7 +73,7 @@ def from_keras3(
         found = keras3.find_rnns(path, time_limit=time_limit)
         computable = [f.name for f in found if f.computable]
         if len(computable) != 1:
-            names = files.names([f.name for f in found]) or "none"
+            names = quoted_names([f.name for f in found]) or "none"
             raise ValueError(
                 f"{keras3.OWNER}: {os.fspath(path)!r} holds {len(computable)} RNN layers that "
                 f"cuDNN's math computes (its RNN layers: {names}); pick one with name=."

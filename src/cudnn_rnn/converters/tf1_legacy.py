@@ -29,9 +29,10 @@ from cudnn_rnn.checkpointable import Shape
 from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, RECURRENT_BIAS, layout_of
-from cudnn_rnn.io.files import Claims, quote
+from cudnn_rnn.io.files import Claims
+from cudnn_rnn.io.files.escaping import quote
 from cudnn_rnn.layers import _CudnnRNN
-from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
+from cudnn_rnn.saveable.saveables import CudnnOpaqueParamsSaveable
 
 __all__ = ["ExactBiases", "FileNames", "exact_biases", "file_names"]
 

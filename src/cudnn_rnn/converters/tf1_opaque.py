@@ -49,9 +49,11 @@ from torch import Tensor
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT_BIAS, layout_of
 from cudnn_rnn.io.cudnn_layout import LayoutNotFound, discover
-from cudnn_rnn.io.files import Claims, FormatError, quote
+from cudnn_rnn.io.files import Claims
+from cudnn_rnn.io.files.escaping import quote
+from cudnn_rnn.io.files.opening import FormatError
 from cudnn_rnn.layers import _CudnnRNN
-from cudnn_rnn.saveable import CudnnOpaqueParamsSaveable
+from cudnn_rnn.saveable.saveables import CudnnOpaqueParamsSaveable
 
 __all__ = ["OpaqueRestoreError", "Plan", "plan"]
 

@@ -77,8 +77,8 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
-from cudnn_rnn.io.files import listed, quote
-from cudnn_rnn.io.files import names as quoted_names
+from cudnn_rnn.io.files.escaping import listed, quote
+from cudnn_rnn.io.files.escaping import names as quoted_names
 from cudnn_rnn.io.gate_blocks import BlockKey, stack_gates, unstack_gates
 from cudnn_rnn.io.torch import file as torch_file
 from cudnn_rnn.io.torch.state import (

@@ -3,7 +3,7 @@
 A mode's facts are its gates (in cuDNN's order), its code (cuDNN's ``cudnnRNNMode_t``, which the
 C engine uses too), whether it has a cell state, its activation, and how each framework names
 it and orders its gates. Layers, ops, saveables, the engines' mode codes (the C engine's are
-checked against :data:`MODES` when it loads: :mod:`cudnn_rnn.engines.native`), the ONNX
+checked against :data:`MODES` when it loads: :mod:`cudnn_rnn.engines.native_library`), the ONNX
 mapping and the readers take them from here, so that a reader never infers a mode from its gate
 count alone (two modes may one day share a count: the plain RNNs already do).
 

@@ -79,7 +79,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from cudnn_rnn.errors import CudnnRNNError
-from cudnn_rnn.io.files import special_kind
+from cudnn_rnn.io.files.opening import special_kind
 
 try:
     import fcntl

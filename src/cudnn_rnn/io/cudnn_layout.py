@@ -59,7 +59,7 @@ import numpy as np
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT_BIAS, RECURRENT_BIAS, Layout, Param, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.io.files import FormatError
+from cudnn_rnn.io.files.opening import FormatError
 
 __all__ = ["WORK_FLOOR", "WORK_PER_ELEMENT", "ForeignLayout", "LayoutNotFound", "discover"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudnn_rnn.io.files import escape, quote
+from cudnn_rnn.io.files.escaping import escape, quote
 
 __all__ = ["FoundRNN", "ReadRNN"]
 

@@ -52,8 +52,8 @@ from numpy.lib import format as npy_format
 
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.io import files
-from cudnn_rnn.io.files import clip, first_line, listed, quote
+from cudnn_rnn.io.files.escaping import clip, first_line, listed, quote
+from cudnn_rnn.io.files.zip_reader import ZipArchive, ZipEntry, open_zip
 from cudnn_rnn.io.torch.state import TorchFileError
 
 __all__ = ["FLOAT_DTYPES", "NpzFile", "open_npz", "read_canonical"]
@@ -67,7 +67,7 @@ FLOAT_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": t
 
 @dataclass(frozen=True)
 class _Member:
-    entry: files.ZipEntry
+    entry: ZipEntry
     start: int  # where the data begins in the member (after the .npy header)
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -77,7 +77,7 @@ class _Member:
 class NpzFile:
     """An open ``.npz`` archive whose members' entries and headers were checked."""
 
-    def __init__(self, path: str, archive: files.ZipArchive, members: dict[str, _Member]) -> None:
+    def __init__(self, path: str, archive: ZipArchive, members: dict[str, _Member]) -> None:
         self.path = path
         self._zip = archive
         self._members = members
@@ -109,7 +109,7 @@ def open_npz(path: str | os.PathLike[str]) -> Iterator[NpzFile]:
     (:class:`~cudnn_rnn.io.torch.state.TorchFileError` otherwise); closed when the block
     ends. Only a regular file is opened."""
     name = os.fspath(path)
-    with files.open_zip(name, ".npz archive (np.savez)") as archive:
+    with open_zip(name, ".npz archive (np.savez)") as archive:
         members = {}
         for entry in archive.entries:
             if not entry.name.endswith(".npy"):
@@ -121,7 +121,7 @@ def open_npz(path: str | os.PathLike[str]) -> Iterator[NpzFile]:
         yield NpzFile(name, archive, members)
 
 
-def _checked(path: str, archive: files.ZipArchive, entry: files.ZipEntry) -> _Member:
+def _checked(path: str, archive: ZipArchive, entry: ZipEntry) -> _Member:
     """One member's .npy header, read from its first bytes and checked against its size."""
 
     def bad(why: str) -> TorchFileError:

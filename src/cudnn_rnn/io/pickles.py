@@ -62,7 +62,8 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
-from cudnn_rnn.io.files import FormatError, clip, escape
+from cudnn_rnn.io.files.escaping import clip, escape
+from cudnn_rnn.io.files.opening import FormatError
 
 __all__ = [
     "MAX_PICKLE_BYTES",

@@ -3,9 +3,11 @@
 Each :class:`Format` says which kinds of file :func:`cudnn_rnn.io.files.sniff` tells it by
 (content first), which names ask for it when the content proves nothing (a truncated file is
 then told what is wrong with it by its own reader), and how messages and help name its files.
-:mod:`cudnn_rnn.converters.loader` picks a file's reader from here and keeps one finder and one
-loader per format (a test checks that both cover this table); the command's help and its
-refusals list the titles; what is written is :data:`cudnn_rnn.convert.WRITERS`.
+:mod:`cudnn_rnn.converters.readers` picks a file's reader from here; one finder per format
+(:mod:`cudnn_rnn.converters.finder`), one loader (:mod:`cudnn_rnn.converters.loader`) and its
+options (:mod:`cudnn_rnn.converters.options`) cover this table (a test checks that they do); the
+command's help and its refusals list the titles; what is written is
+:data:`cudnn_rnn.convert.WRITERS`.
 
 Standard library only (and :mod:`cudnn_rnn.io.files`'s constants), so the command's parser reads it
 without importing torch.
@@ -21,7 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.sniffing import (
+    HDF5,
+    NPZ,
+    ONNX,
+    PICKLE,
+    SAFETENSORS,
+    TF1,
+    TORCH_PICKLE,
+    TORCH_ZIP,
+    TORCHSCRIPT,
+    ZIP,
+)
 
 __all__ = [
     "FORMATS",
@@ -43,7 +56,7 @@ KERAS3 = "keras3"
 class Format:
     """One format the package reads (see the module)."""
 
-    name: str  # the reader's name (model_files' finder and loader of it)
+    name: str  # the reader's name (the key of its finder, loader and options)
     title: str  # its files, in words, for help and messages
     kinds: tuple[str, ...]  # what files.sniff tells it by
     extensions: tuple[str, ...] = ()  # names that ask for it when the content proves nothing
@@ -51,24 +64,24 @@ class Format:
 
 #: Every format read, in the order help lists them.
 FORMATS: tuple[Format, ...] = (
-    Format("safetensors", "our .safetensors checkpoints", (files.SAFETENSORS,), (".safetensors",)),
-    Format("tf", "TF1 checkpoints (PREFIX or PREFIX.index)", (files.TF1,)),
-    Format("onnx", "ONNX models", (files.ONNX,), (".onnx",)),
+    Format("safetensors", "our .safetensors checkpoints", (SAFETENSORS,), (".safetensors",)),
+    Format("tf", "TF1 checkpoints (PREFIX or PREFIX.index)", (TF1,)),
+    Format("onnx", "ONNX models", (ONNX,), (".onnx",)),
     Format(
         "torch",
         "torch files (torch.save state_dicts, models and checkpoints, TorchScript archives' "
         "tensors, pickles and .npz of torch names)",
-        (files.TORCH_ZIP, files.TORCH_PICKLE, files.TORCHSCRIPT, files.NPZ, files.PICKLE),
+        (TORCH_ZIP, TORCH_PICKLE, TORCHSCRIPT, NPZ, PICKLE),
         (".pt", ".pth", ".pkl", ".pickle"),
     ),
-    Format("keras_h5", "Keras 2 .h5 files", (files.HDF5,), (".h5", ".hdf5")),
+    Format("keras_h5", "Keras 2 .h5 files", (HDF5,), (".h5", ".hdf5")),
     # A zip holding config.json and model.weights.h5 (files.sniff says "zip"; the reader's
     # is_keras3 tells it: see refine_kind).
     Format("keras3", "Keras 3 .keras files", (KERAS3,), (".keras",)),
 )
 
 #: What the command says of the kinds it recognises but does not read.
-NOT_READ = {files.ZIP: "cudnn-rnn reads no such archive"}
+NOT_READ = {ZIP: "cudnn-rnn reads no such archive"}
 
 #: Every format read, in words.
 READ = "; ".join(f.title for f in FORMATS)
@@ -81,7 +94,7 @@ def refine_kind(kind: str, path: str) -> str:
     """The kind of ``path`` where :func:`cudnn_rnn.io.files.sniff`'s ``kind`` is a family:
     a zip holding a Keras 3 model's ``config.json`` and ``model.weights.h5`` is
     :data:`KERAS3`."""
-    if kind == files.ZIP:
+    if kind == ZIP:
         from cudnn_rnn.io.keras import keras3
 
         if keras3.is_keras3(path):

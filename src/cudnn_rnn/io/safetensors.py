@@ -24,8 +24,11 @@ from safetensors.torch import save as st_save
 from torch import Tensor
 
 from cudnn_rnn.core.constants import DIRECTIONS, INPUT_MODES, MODES
-from cudnn_rnn.io import atomic, files
-from cudnn_rnn.io.files import quote
+from cudnn_rnn.io import atomic
+from cudnn_rnn.io.files.escaping import quote
+from cudnn_rnn.io.files.json_loader import load_json
+from cudnn_rnn.io.files.opening import FormatError, NotRegularFile, open_regular
+from cudnn_rnn.io.files.sniffing import KINDS, SAFETENSORS, UNKNOWN, sniff_file
 
 __all__ = [
     "FORMAT",
@@ -50,7 +53,7 @@ MAX_LISTED_PROBLEMS = 20
 MAX_HEADER = 100_000_000
 
 
-class CheckpointError(files.FormatError):
+class CheckpointError(FormatError):
     """A checkpoint that cannot be read, or does not fit the objects.
 
     ``problems`` lists the mismatches a restore found (or the one reason a file cannot be read),
@@ -141,8 +144,8 @@ def _open(path: Path) -> io.BufferedReader:
     a path that cannot be opened is the :class:`~cudnn_rnn.errors.FileAccessError` of
     :func:`files.open_regular`, a ``FileNotFoundError`` where nothing is there)."""
     try:
-        return files.open_regular(path)
-    except files.NotRegularFile as err:
+        return open_regular(path)
+    except NotRegularFile as err:
         raise CheckpointError(
             path, f"{err.kind}, not a regular file; give the path of a checkpoint file."
         ) from None
@@ -199,8 +202,8 @@ def _read_header(f: io.BufferedReader, path: Path) -> tuple[dict[str, _Entry], d
     if header_len > size - 8:
         # Most likely another format altogether (a torch zip's first bytes read as a length):
         # say which, when its content tells.
-        kind = files.sniff_file(f)
-        other = "" if kind in (files.UNKNOWN, files.SAFETENSORS) else f"; it is {files.KINDS[kind]}"
+        kind = sniff_file(f)
+        other = "" if kind in (UNKNOWN, SAFETENSORS) else f"; it is {KINDS[kind]}"
         raise bad(f"the header length {header_len} exceeds the {size - 8} bytes after it{other}")
     if header_len > MAX_HEADER:  # refused before it is read
         raise bad(f"its header is {header_len} bytes, more than the {MAX_HEADER} read")
@@ -228,7 +231,7 @@ def _parse_header(
     raw: bytes, start: int, size: int, bad: Callable[[str], CheckpointError]
 ) -> tuple[dict[str, _Entry], dict[str, str]]:
     # Size and depth checked before it is parsed; UTF-8, as the format says.
-    header = files.load_json(raw, lambda reason: bad(f"its header {reason}"), max_size=MAX_HEADER)
+    header = load_json(raw, lambda reason: bad(f"its header {reason}"), max_size=MAX_HEADER)
     if type(header) is not dict:
         raise bad("its header is not a JSON object")
     metadata = header.pop("__metadata__", None)
@@ -369,7 +372,7 @@ def describe(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             p, f"metadata 'models' {reason}; the file is corrupt or was not written by cudnn_rnn."
         )
 
-    models = files.load_json(text, bad)  # (inside the header: its size is bounded)
+    models = load_json(text, bad)  # (inside the header: its size is bounded)
     if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
         raise bad("is not a JSON list of objects")
     for i, model in enumerate(models):

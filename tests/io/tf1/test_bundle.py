@@ -25,8 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudnn_rnn.io.tf1 import bundle as tb
+from cudnn_rnn.io.tf1 import protos
 from cudnn_rnn.io.tf1 import table as tf1_table
+from cudnn_rnn.io.tf1 import writer as tf1_writer
 from cudnn_rnn.io.tf1.bundle import (
     SUPPORTED_DTYPES,
     TF1BundleError,
@@ -234,8 +235,8 @@ def test_bfloat16_as_bits_float32_or_ml_dtypes(tmp_path: Path) -> None:
 
 
 def test_many_blocks_and_oversized_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tb, "_BLOCK_SIZE", 64)
-    monkeypatch.setattr(tb, "_RESTART_INTERVAL", 2)
+    monkeypatch.setattr(tf1_writer, "BLOCK_SIZE", 64)
+    monkeypatch.setattr(tf1_writer, "RESTART_INTERVAL", 2)
     names = [f"layer_{i:03d}/" + "k" * (i % 7) * 30 for i in range(60)]  # some >= 2 blocks long
     tensors = {n: np.full((2,), i, dtype=np.int16) for i, n in enumerate(names)}
     write_bundle(tmp_path / "x", tensors)
@@ -267,7 +268,7 @@ def test_write_is_atomic_and_respects_umask(
     def fail(*args: object) -> bytes:
         raise OSError("disk full")
 
-    monkeypatch.setattr(tb, "_build_table", fail)
+    monkeypatch.setattr(tf1_writer, "build_table", fail)
     with pytest.raises(OSError, match="disk full"):
         write_bundle(tmp_path / "x", {"a": np.zeros(3)})
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temp files left
@@ -420,10 +421,10 @@ def test_truncated_data_file(tmp_path: Path) -> None:
 
 def write_index(prefix: Path, entries: list[tuple[bytes, bytes]]) -> None:
     """An index holding ``entries`` (sorted), every block checksum valid."""
-    Path(f"{prefix}.index").write_bytes(tb._build_table(entries, 262144, 16))
+    Path(f"{prefix}.index").write_bytes(tf1_table.build_table(entries, 262144, 16))
 
 
-HEADER = tb._HEADER
+HEADER = protos.HEADER
 
 
 def entry(
@@ -434,7 +435,7 @@ def entry(
     crc: int = 0,
     extra: bytes = b"",
 ) -> bytes:
-    return tb._encode_entry(dtype, shape, offset, size, crc) + extra
+    return protos.encode_entry(dtype, shape, offset, size, crc) + extra
 
 
 def varint_field(number: int, value: int) -> bytes:

@@ -19,6 +19,7 @@ import cudnn_rnn
 from cudnn_rnn.cli import main
 from cudnn_rnn.converters.canonical import layer_canonical
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1 import writer as tf1_writer
 from cudnn_rnn.io.tf1.cells import TF1CellsError, find_cells, read_cells
 
 
@@ -89,14 +90,14 @@ def _string_kernel(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A checkpoint whose kernel's index entry says DT_STRING (TF's enum 7), as a checkpoint of
     a string variable named like a kernel would: our writer writes no strings, so its dtype is
     swapped as it writes."""
-    stored_form = tf1_bundle._stored_form
+    stored_form = tf1_writer._stored_form
 
     def as_string(name: str, value: object, bf16: bool) -> tuple[int, Any]:
         enum, stored = stored_form(name, value, bf16)
         return (7 if name.endswith("/kernel") else enum), stored
 
     with monkeypatch.context() as patch:
-        patch.setattr(tf1_bundle, "_stored_form", as_string)
+        patch.setattr(tf1_writer, "_stored_form", as_string)
         tf1_bundle.write_bundle(prefix, _lstm_tensors())
     return str(prefix)
 

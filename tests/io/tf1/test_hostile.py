@@ -20,6 +20,7 @@ import torch
 
 from cudnn_rnn import checkpoint
 from cudnn_rnn.io.tf1 import bundle as tb
+from cudnn_rnn.io.tf1 import protos
 from cudnn_rnn.io.tf1 import table as tf1_table
 from cudnn_rnn.io.tf1.bundle import TF1BundleError, read_bundle, read_bundle_index
 from cudnn_rnn.io.tf1.protobuf_wire import encode_varint
@@ -32,13 +33,13 @@ SRC = str(Path(tb.__file__).resolve().parents[3])  # the package under test, for
 
 def write_index(prefix: str | Path, entries: list[tuple[bytes, bytes]]) -> None:
     """An index holding ``entries`` (sorted; the header first), every checksum valid."""
-    Path(f"{prefix}.index").write_bytes(tb._build_table(entries, 262144, 16))
+    Path(f"{prefix}.index").write_bytes(tf1_table.build_table(entries, 262144, 16))
 
 
 def entry(
     dtype: int = 1, shape: tuple[int, ...] = (2,), offset: int = 0, size: int = 8, crc: int = 0
 ) -> bytes:
-    return tb._encode_entry(dtype, shape, offset, size, crc)
+    return protos.encode_entry(dtype, shape, offset, size, crc)
 
 
 def layer_checkpoint(tmp_path: Path) -> tuple[str, CudnnGRU]:
@@ -80,7 +81,7 @@ def assert_restore_fails(prefix: str, layer: CudnnGRU, match: str) -> None:
     ],
 )
 def test_shape_with_too_many_elements_is_refused(value: bytes, shown: str, tmp_path: Path) -> None:
-    write_index(tmp_path / "x", [(b"", tb._HEADER), (b"w", value)])
+    write_index(tmp_path / "x", [(b"", protos.HEADER), (b"w", value)])
     match = rf"entry 'w': shape {re.escape(shown)} has too many elements"
     with pytest.raises(TF1BundleError, match=match):
         read_bundle_index(tmp_path / "x")
@@ -115,7 +116,7 @@ def test_claims_past_the_data_file_fail_before_any_tensor_is_read(
     (tmp_path / f"x{DATA}").write_bytes(bytes(16))
     crc = tb.masked_crc32c(bytes(8))
     huge = entry(shape=(10**10,), offset=8, size=4 * 10**10)
-    write_index(tmp_path / "x", [(b"", tb._HEADER), (b"a", entry(crc=crc)), (b"b", huge)])
+    write_index(tmp_path / "x", [(b"", protos.HEADER), (b"a", entry(crc=crc)), (b"b", huge)])
     reads: list[str] = []
     real = tb._read_tensor_bytes
     monkeypatch.setattr(
@@ -137,7 +138,7 @@ def test_overlapping_claims_cannot_exceed_the_data_file(tmp_path: Path) -> None:
         f.truncate(size)
     crc = tb.masked_crc32c(bytes(size))
     same = entry(shape=(size // 4,), size=size, crc=crc)
-    write_index(tmp_path / "x", [(b"", tb._HEADER)] + [(b"t%d" % i, same) for i in range(8)])
+    write_index(tmp_path / "x", [(b"", protos.HEADER)] + [(b"t%d" % i, same) for i in range(8)])
     with pytest.raises(TF1BundleError, match=r"8 tensor\(s\) claim 8388608 bytes in all, more th"):
         read_bundle(tmp_path / "x")
     assert read_bundle(tmp_path / "x", ["t3"])["t3"].shape == (size // 4,)
@@ -247,7 +248,9 @@ def compact_index(n: int) -> bytes:
     """An index of ``n`` empty float32 tensors ``v0000000``, ...: about 10 bytes an entry, the
     densest a TensorFlow index gets. Built directly (the table builder is slow for this size)."""
     value = entry(shape=(0,), size=0)
-    parts = [encode_varint(0) + encode_varint(0) + encode_varint(len(tb._HEADER)) + tb._HEADER]
+    parts = [
+        encode_varint(0) + encode_varint(0) + encode_varint(len(protos.HEADER)) + protos.HEADER
+    ]
     restarts = [0]
     offset = len(parts[0])
     previous = b""
@@ -329,12 +332,12 @@ def test_error_messages_are_capped(tmp_path: Path) -> None:
         read_bundle(prefix, [f"missing/{i}" for i in range(10_000)])
     assert len(str(info.value)) < 2000
     strings = [(b"s/%05d" % i, entry(dtype=7, size=5)) for i in range(5000)]
-    write_index(tmp_path / "y", [(b"", tb._HEADER), *strings])
+    write_index(tmp_path / "y", [(b"", protos.HEADER), *strings])
     with pytest.raises(TF1BundleError, match=r"not supported\) and 4980 more; pass names=") as info:
         read_bundle(tmp_path / "y")
     assert len(str(info.value)) < 2000
     long_name = b"k" * 1_000_000
-    write_index(tmp_path / "z", [(b"", tb._HEADER), (long_name, entry(size=12))])
+    write_index(tmp_path / "z", [(b"", protos.HEADER), (long_name, entry(size=12))])
     with pytest.raises(TF1BundleError, match=r"\.\.\. \(1000000 long\): size is 12 bytes") as info:
         read_bundle_index(tmp_path / "z")
     assert len(str(info.value)) < 1000

@@ -2,7 +2,7 @@
 
 HDF5 is a C library that trusts the bytes of the file: a corrupt global heap can make it loop
 forever and one wrong byte in an attribute's datatype can make it dereference garbage (SIGSEGV).
-So no h5py call on an untrusted file runs in the user's process. ``keras_h5`` runs this module
+So no h5py call on an untrusted file runs in the user's process. :mod:`.h5_file` runs this module
 in a fresh interpreter (``python -c BOOT REQUEST``: BOOT gives it the parent's ``sys.path`` and
 runs it with ``runpy``; REQUEST is JSON) under a wall-clock limit. It imports only the standard
 library, NumPy and h5py (never torch or the rest of ``cudnn_rnn``, so it starts in about 0.1 s),

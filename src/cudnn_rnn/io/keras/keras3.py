@@ -29,9 +29,9 @@ Sequential(GRU)`` keeps them at ``layers/lstm``, ``layers/lstm_1`` and
 ``name`` attribute of its ``PLACE/vars`` group; where it is there it must be the config's name,
 so a place is never taken for another layer's.
 
-An RNN is named, as in :mod:`.keras_h5`, by the path of its layer names (``encoder/core/gru``).
+An RNN is named, as in :mod:`.h5`, by the path of its layer names (``encoder/core/gru``).
 What cuDNN's math computes, and every reason why not, is the Keras 2 reader's judgement
-(:mod:`.keras_h5`: ``tanh`` with ``sigmoid`` gates, GRU ``reset_after=True``, ``Bidirectional``
+(:mod:`.h5`: ``tanh`` with ``sigmoid`` gates, GRU ``reset_after=True``, ``Bidirectional``
 with ``merge_mode="concat"``, ``use_bias`` either way), with Keras 3's defaults for a setting the
 config leaves out (``recurrent_activation="sigmoid"``, ``reset_after=True``). A
 ``go_backwards=True`` layer outside ``Bidirectional`` is read, with a note saying how to feed it
@@ -43,7 +43,7 @@ against its CRC); ``config.json`` may be at most :data:`MAX_CONFIG` bytes, nesti
 :data:`cudnn_rnn.io.files.MAX_JSON_DEPTH` deep (:func:`cudnn_rnn.io.files.load_json`). HDF5 trusts
 its file's bytes (a corrupt file can make it loop or crash), so ``model.weights.h5`` is copied
 to a temporary file and read by the Keras ``.h5`` reader's separate process, under its time and
-memory limits (``time_limit=``, see :mod:`.keras_h5`), which looks at exactly the places the
+memory limits (``time_limit=``, see :mod:`.h5`), which looks at exactly the places the
 config names and follows no link out of the file; the weights' shapes are checked against the
 config before anything is built. Weights saved as ``model.weights.npz`` (a pickle) are
 refused. Problems with the file raise :class:`Keras3Error`; an RNN whose math is not cuDNN's is
@@ -62,9 +62,42 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import escape, quote
+from cudnn_rnn.io.files.escaping import names as quoted_names
+from cudnn_rnn.io.files.json_loader import load_json
+from cudnn_rnn.io.files.opening import FormatError
+from cudnn_rnn.io.files.sniffing import ZIP, sniff
+from cudnn_rnn.io.files.zip_reader import open_zip
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
-from cudnn_rnn.io.keras import h5 as h5r
+from cudnn_rnn.io.keras.h5 import _check_sizes, _read, _Stack, found_record, read_record
+from cudnn_rnn.io.keras.h5_file import (
+    _MISSING,
+    KerasH5Error,
+    _attribute,
+    _child,
+    _Dataset,
+    _dataset,
+    _File,
+    _Group,
+    _Link,
+    _Node,
+    _text,
+)
+from cudnn_rnn.io.keras.h5_layers import (
+    _MODEL_CLASSES,
+    _WRAPPER,
+    _has_rnn,
+    _layer_name,
+    _model_layers,
+)
+from cudnn_rnn.io.keras.h5_plans import (
+    _Direction,
+    _is_rnn_class,
+    _Plan,
+    _plan_from_config,
+    _refusal,
+    _Refused,
+)
 
 __all__ = [
     "CONFIG",
@@ -90,7 +123,7 @@ KERAS3_DEFAULTS: Mapping[str, Any] = {"recurrent_activation": "sigmoid", "reset_
 _MAX_WEIGHTS = 3  # kernel, recurrent_kernel, bias
 
 
-class Keras3Error(files.FormatError):
+class Keras3Error(FormatError):
     """A file that is not a readable Keras 3 ``.keras`` archive (its config or its weights)."""
 
 
@@ -98,9 +131,9 @@ def is_keras3(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a Keras 3 ``.keras`` file, by content: a zip archive (that the zip
     reader accepts) holding ``config.json`` and ``model.weights.h5`` (or ``.npz``). Nothing is
     inflated."""
-    if files.sniff(path) != files.ZIP:
+    if sniff(path) != ZIP:
         return False
-    with files.open_zip(path) as archive:
+    with open_zip(path) as archive:
         names = set(archive.names())
     return CONFIG in names and bool({WEIGHTS, _NPZ_WEIGHTS} & names)
 
@@ -111,7 +144,7 @@ def find_rnns(path: str | os.PathLike[str], *, time_limit: float | None = None) 
     shapes give the sizes, checked against the config), not read."""
     with _errors(), _opened(path) as (layers, weights, shown):
         h5 = _weights(weights, layers, False, time_limit, shown)
-        return [h5r.found_record(p.config(), KIND) for p in _plans(h5, layers)]
+        return [found_record(p.config(), KIND) for p in _plans(h5, layers)]
 
 
 def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -122,12 +155,12 @@ def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ..
         h5 = _weights(weights, layers, False, None, shown)
     out: dict[str, tuple[tuple[int, ...], str]] = {}
 
-    def walk(node: h5r._Node, at: str) -> None:
-        if isinstance(node, h5r._Dataset):
+    def walk(node: _Node, at: str) -> None:
+        if isinstance(node, _Dataset):
             out[at] = (node.shape, node.dtype)
-        elif isinstance(node, h5r._Group):
+        elif isinstance(node, _Group):
             for name, link in node.links.items():
-                if isinstance(link, h5r._Link) and link.target is not None:
+                if isinstance(link, _Link) and link.target is not None:
                     walk(link.target, f"{at}/{name}" if at else name)
 
     walk(h5.root, "")
@@ -148,10 +181,10 @@ def read(path: str | os.PathLike[str], name: str, *, time_limit: float | None = 
             raise ValueError(
                 f"{h5.who} has no RNN layer {name!r}; its RNN layers: {known or 'none'}."
             )
-        if isinstance(plan, h5r._Refused):
-            raise ValueError(h5r._refusal(h5, [plan]))
-        h5r._check_sizes(h5, [plan])
-        return h5r.read_record(h5, h5r._Stack((plan,)), KIND)
+        if isinstance(plan, _Refused):
+            raise ValueError(_refusal(h5, [plan]))
+        _check_sizes(h5, [plan])
+        return read_record(h5, _Stack((plan,)), KIND)
 
 
 # -- the archive ----------------------------------------------------------------------------
@@ -162,7 +195,7 @@ def _errors() -> Iterator[None]:
     """The Keras .h5 reader's errors, raised on a .keras file's weights, as Keras3Error."""
     try:
         yield
-    except h5r.KerasH5Error as err:
+    except KerasH5Error as err:
         raise Keras3Error(str(err)) from err
 
 
@@ -172,10 +205,10 @@ def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[list[_Layer], str, s
     (removed when the block ends) and the file as messages show it."""
     shown = f"{os.fspath(path)!r}"
     who = f"{OWNER}: {shown}"
-    with files.open_zip(path, "Keras 3 .keras file") as archive:
+    with open_zip(path, "Keras 3 .keras file") as archive:
         config_entry, weights_entry = archive.get(CONFIG), archive.get(WEIGHTS)
         if config_entry is None or weights_entry is None:
-            held = files.names(archive.names()) or "no member"
+            held = quoted_names(archive.names()) or "no member"
             npz = " (weights saved as model.weights.npz, a pickle, are not read)"
             raise Keras3Error(
                 f"{who} is not a Keras 3 .keras file: it holds {held}, not {CONFIG} and "
@@ -196,27 +229,27 @@ def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[list[_Layer], str, s
 
 def _weights(
     path: str, layers: list[_Layer], values: bool, time_limit: float | None, shown: str
-) -> h5r._File:
+) -> _File:
     """What the reader process saw of the weights file at the layers' places (and their values
     when ``values``); its messages name the archive."""
-    h5 = h5r._read(
+    h5 = _read(
         path, values, time_limit, paths=_places(layers), owner=OWNER, shown=f"{shown} ({WEIGHTS})"
     )
     return dataclasses.replace(h5, who=f"{OWNER}: {shown}")
 
 
 def _config(raw: bytes, who: str) -> dict[str, Any]:
-    config = files.load_json(
+    config = load_json(
         raw, lambda reason: Keras3Error(f"{who}: its {CONFIG} {reason}."), max_size=MAX_CONFIG
     )
-    if not isinstance(config, dict) or config.get("class_name") not in h5r._MODEL_CLASSES:
+    if not isinstance(config, dict) or config.get("class_name") not in _MODEL_CLASSES:
         cls = config.get("class_name") if isinstance(config, dict) else None
         raise Keras3Error(
             f"{who}: its {CONFIG} describes no Sequential or Functional model (class "
-            f"{files.quote(cls)}); the layers of a subclassed model are not listed in its "
+            f"{quote(cls)}); the layers of a subclassed model are not listed in its "
             "config, so its RNNs cannot be found."
         )
-    if h5r._model_layers(config) is None:
+    if _model_layers(config) is None:
         raise Keras3Error(f"{who}: its {CONFIG} has no list of layers (class_name, config).")
     return config
 
@@ -255,7 +288,7 @@ class _Layer:
         own, or a Bidirectional's two (Keras builds the backward one from the forward one's
         config where the config has none)."""
         config = self.entry["config"]
-        if self.entry.get("class_name") != h5r._WRAPPER:
+        if self.entry.get("class_name") != _WRAPPER:
             return [(self.place, config)]
         forward = config.get("layer")
         backward = config.get("backward_layer") or forward
@@ -277,12 +310,12 @@ def _layers(
         count = used.get(group)
         used[group] = 0 if count is None else count + 1
         own = f"{place}/{group}" + ("" if count is None else f"_{count + 1}")
-        name = (*scope, h5r._layer_name(entry))
-        if cls not in h5r._MODEL_CLASSES:
+        name = (*scope, _layer_name(entry))
+        if cls not in _MODEL_CLASSES:
             out.append(_Layer("/".join(name), own, entry))
             continue
-        inner = h5r._model_layers(entry)
-        if inner is None and h5r._has_rnn(entry):
+        inner = _model_layers(entry)
+        if inner is None and _has_rnn(entry):
             raise Keras3Error(
                 f"{who}: the config of nested model {'/'.join(name)!r} has no list of layers "
                 "(class_name, config)."
@@ -295,9 +328,9 @@ def _rnn_layers(config: dict[str, Any], who: str) -> list[_Layer]:
     """The RNN layers of the model (and the layers Keras 2's reader takes for ones to refuse)."""
     return [
         layer
-        for layer in _layers(h5r._model_layers(config) or [], (), "layers", who)
+        for layer in _layers(_model_layers(config) or [], (), "layers", who)
         if isinstance(layer.entry.get("class_name"), str)
-        and h5r._is_rnn_class(layer.entry["class_name"], layer.entry)
+        and _is_rnn_class(layer.entry["class_name"], layer.entry)
     ]
 
 
@@ -311,9 +344,9 @@ def _places(layers: list[_Layer]) -> list[str]:
     return out
 
 
-def _plans(h5: h5r._File, layers: list[_Layer]) -> list[h5r._Plan | h5r._Refused]:
+def _plans(h5: _File, layers: list[_Layer]) -> list[_Plan | _Refused]:
     """What each RNN layer becomes, or why it cannot."""
-    out: list[h5r._Plan | h5r._Refused] = []
+    out: list[_Plan | _Refused] = []
     for layer in layers:
         where = f"{h5.who}: layer {layer.name!r}"
         _check_place(h5, layer, where)
@@ -323,32 +356,30 @@ def _plans(h5: h5r._File, layers: list[_Layer]) -> list[h5r._Plan | h5r._Refused
             out.append(refused)
             continue
         directions = tuple(_direction(h5, side, c, layer, where) for side, c in layer.sides)
-        out.append(
-            h5r._plan_from_config(layer.name, layer.entry, directions, where, KERAS3_DEFAULTS)
-        )
+        out.append(_plan_from_config(layer.name, layer.entry, directions, where, KERAS3_DEFAULTS))
     return out
 
 
-def _judged(layer: _Layer, where: str) -> h5r._Refused | None:
+def _judged(layer: _Layer, where: str) -> _Refused | None:
     """The layer refused for its config alone, or None where its weights must be looked at."""
     try:
-        plan = h5r._plan_from_config(layer.name, layer.entry, (), where, KERAS3_DEFAULTS)
-    except h5r.KerasH5Error:  # no weights given: the config asks for them
+        plan = _plan_from_config(layer.name, layer.entry, (), where, KERAS3_DEFAULTS)
+    except KerasH5Error:  # no weights given: the config asks for them
         return None
-    return plan if isinstance(plan, h5r._Refused) else None
+    return plan if isinstance(plan, _Refused) else None
 
 
-def _keras2_only(layer: _Layer) -> h5r._Refused | None:
+def _keras2_only(layer: _Layer) -> _Refused | None:
     """CuDNNLSTM and CuDNNGRU, which only Keras 2 has, refused (their weights are not laid out
     as Keras 3 lays out any of its own)."""
     cls = str(layer.entry.get("class_name"))
-    inner = layer.entry["config"].get("layer") if cls == h5r._WRAPPER else None
+    inner = layer.entry["config"].get("layer") if cls == _WRAPPER else None
     classes = [cls, inner.get("class_name") if isinstance(inner, dict) else None]
     if not any(isinstance(c, str) and c.startswith("CuDNN") for c in classes):
         return None
-    return h5r._Refused(
+    return _Refused(
         layer.name,
-        files.escape(cls),
+        escape(cls),
         (
             "CuDNNLSTM and CuDNNGRU are Keras 2 layers, which Keras 3 does not have; rebuild "
             "the model with LSTM or GRU(reset_after=True), which compute the same math.",
@@ -356,14 +387,14 @@ def _keras2_only(layer: _Layer) -> h5r._Refused | None:
     )
 
 
-def _check_place(h5: h5r._File, layer: _Layer, where: str) -> None:
+def _check_place(h5: _File, layer: _Layer, where: str) -> None:
     """Where the weights file names the layer at its place, the name must be the config's."""
-    group = h5r._child(h5, h5.root, f"{layer.place}/vars")
-    value = h5r._attribute(h5, group, "name") if group is not None else h5r._MISSING
-    if value is h5r._MISSING:
+    group = _child(h5, h5.root, f"{layer.place}/vars")
+    value = _attribute(h5, group, "name") if group is not None else _MISSING
+    if value is _MISSING:
         return
     own = layer.name.rsplit("/", 1)[-1]
-    stored = h5r._text(value, f"the name of {layer.place!r}", h5.who)
+    stored = _text(value, f"the name of {layer.place!r}", h5.who)
     if stored != own:
         raise Keras3Error(
             f"{where}: the weights file holds layer {stored!r} at {layer.place!r}, where the "
@@ -373,18 +404,18 @@ def _check_place(h5: h5r._File, layer: _Layer, where: str) -> None:
 
 
 def _direction(
-    h5: h5r._File, side: str, config: dict[str, Any], layer: _Layer, where: str
-) -> h5r._Direction:
+    h5: _File, side: str, config: dict[str, Any], layer: _Layer, where: str
+) -> _Direction:
     """One direction's weights at ``side``, as many as its config's ``use_bias`` says."""
-    group = h5r._child(h5, h5.root, f"{side}/cell/vars")
-    if not isinstance(group, h5r._Group):
+    group = _child(h5, h5.root, f"{side}/cell/vars")
+    if not isinstance(group, _Group):
         raise Keras3Error(f"{where}: the weights file has no variables at {side}/cell/vars.")
-    names = [str(i) for i in range(_MAX_WEIGHTS + 1) if h5r._child(h5, group, str(i)) is not None]
+    names = [str(i) for i in range(_MAX_WEIGHTS + 1) if _child(h5, group, str(i)) is not None]
     wanted = ["0", "1", "2"] if config.get("use_bias", True) else ["0", "1"]
     if names != wanted:
         raise Keras3Error(
             f"{where}: {side}/cell/vars holds the variables {names}, not {wanted}: kernel, "
             "recurrent_kernel and, with use_bias, bias."
         )
-    kernel, recurrent, *bias = (h5r._dataset(h5, group, n, layer.name) for n in names)
-    return h5r._Direction(kernel, recurrent, bias[0] if bias else None)
+    kernel, recurrent, *bias = (_dataset(h5, group, n, layer.name) for n in names)
+    return _Direction(kernel, recurrent, bias[0] if bias else None)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import escape
 from cudnn_rnn.io.onnx.file import STANDARD_DOMAINS, Loaded, OnnxFormatError, array_of
 
 __all__ = [
@@ -337,7 +337,7 @@ class Scope:
                 node = scope.producer[name]
                 index = list(node.output).index(name)
                 parts.append(
-                    f"output {index} ({name!r}) of {files.escape(node.op_type)} node {node.name!r}"
+                    f"output {index} ({name!r}) of {escape(node.op_type)} node {node.name!r}"
                 )
         more = f" and {len(refs) - 4} more" if len(refs) > 4 else ""
         return (", ".join(parts) or "nothing") + more
@@ -417,7 +417,7 @@ class Evaluator:
             if state.get(key) == 1:  # reached again from its own inputs
                 raise _Unevaluable(
                     self.owner,
-                    f"{files.escape(node.op_type)} node {node.name!r} is computed from itself",
+                    f"{escape(node.op_type)} node {node.name!r} is computed from itself",
                 )
             if all(not o or (id(where), o) in self._values for o in node.output):
                 state[key] = 2
@@ -459,20 +459,20 @@ class Evaluator:
                 size = product(dims) * _itemsize(self.onnx, tensor.data_type)
             except (ValueError, KeyError, TypeError) as err:
                 raise _Unevaluable(
-                    self.owner, f"initializer {name!r} cannot be read: {files.escape(str(err))}"
+                    self.owner, f"initializer {name!r} cannot be read: {escape(str(err))}"
                 ) from err
             self.charge(size, f"reading initializer {name!r}")
             try:
                 value = array_of(self.onnx, tensor, self.loaded)
             except Exception as err:  # data that does not match its dims or dtype
                 raise _Unevaluable(
-                    self.owner, f"initializer {name!r} cannot be read: {files.escape(str(err))}"
+                    self.owner, f"initializer {name!r} cannot be read: {escape(str(err))}"
                 ) from err
             self._values[key] = value
         return self._values[key]
 
     def _run(self, scope: Scope, node: Any) -> None:
-        label = f"{files.escape(node.op_type)} node {node.name!r}"
+        label = f"{escape(node.op_type)} node {node.name!r}"
         node = scope.resolved(node)
         if node.op_type not in PLUMBING or not self.is_standard(node):
             raise _Unevaluable(
@@ -485,7 +485,7 @@ class Evaluator:
             elements, itemsize, extra = self._size(node, args)
         except (ValueError, TypeError, IndexError, KeyError) as err:
             raise _Unevaluable(
-                self.owner, f"{label} has unusable inputs: {files.escape(str(err))}"
+                self.owner, f"{label} has unusable inputs: {escape(str(err))}"
             ) from err
         twice = node.op_type in ("Expand", "Constant")  # the ones it multiplies; the node copied
         cost = elements * itemsize * (2 if twice else 1) + extra + RUN_COST
@@ -511,7 +511,7 @@ class Evaluator:
             outputs = [np.asarray(v) for v in evaluator.run(None, feeds)]
         except Exception as err:  # the reference implementation refusing its inputs
             raise _Unevaluable(
-                self.owner, f"{label} cannot be evaluated: {files.escape(str(err))}"
+                self.owner, f"{label} cannot be evaluated: {escape(str(err))}"
             ) from err
         made = sum(v.size for v in outputs)
         strings = [v.dtype for v in outputs if v.dtype.kind in "OSU"]

@@ -40,7 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import escape, quote
+from cudnn_rnn.io.files.opening import (
+    FileTooLarge,
+    FormatError,
+    NotRegularFile,
+    open_regular,
+    regular_size,
+)
 from cudnn_rnn.io.onnx.graph import import_onnx
 
 __all__ = [
@@ -63,7 +70,7 @@ __all__ = [
 ]
 
 
-class OnnxFormatError(files.FormatError):
+class OnnxFormatError(FormatError):
     """An ONNX model that :func:`cudnn_rnn.converters.onnx.from_onnx` cannot read: bytes that are
     not a valid model, a file that is not a regular file, hostile sizes, or a graph that
     computes something else than a stack of our layers."""
@@ -165,10 +172,10 @@ def load_checked(path: str | os.PathLike[str], owner: str, *, shapes: bool = Fal
     name = os.fspath(path)
     label = f"{owner}: {name!r}"
     try:  # refused from its size: reading it would be wasted
-        file = files.open_regular(name, max_size=_MAX_PROTOBUF)
-    except files.NotRegularFile as err:
+        file = open_regular(name, max_size=_MAX_PROTOBUF)
+    except NotRegularFile as err:
         raise _not_regular(err, label) from None
-    except files.FileTooLarge as err:
+    except FileTooLarge as err:
         raise OnnxFormatError(
             f"{label} is {err.size} bytes, more than the {_MAX_PROTOBUF} a protobuf can "
             "hold, so it is no ONNX model; a model this large keeps its weights in external "
@@ -188,7 +195,7 @@ def load_checked(path: str | os.PathLike[str], owner: str, *, shapes: bool = Fal
         model = onnx.load_model_from_string(data, format=fmt)
     except Exception as err:  # whatever the parser raises, these bytes are not a model
         raise OnnxFormatError(
-            f"{label} is not an ONNX model ({type(err).__name__}: {files.escape(str(err))})."
+            f"{label} is not an ONNX model ({type(err).__name__}: {escape(str(err))})."
         ) from err
     del data
     if by_path and not _same_file(name, before):
@@ -237,7 +244,7 @@ def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ..
             found[name] = (tuple(int(d) for d in dims), numpy_dtype(data_type).name)
         except KeyError as err:
             raise OnnxFormatError(
-                f"{path}: tensor {name!r} has no known dtype: {files.escape(str(err))}"
+                f"{path}: tensor {name!r} has no known dtype: {escape(str(err))}"
             ) from err
 
     graphs = deque([model.graph])
@@ -271,7 +278,7 @@ def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ..
     return found
 
 
-def _not_regular(err: files.NotRegularFile, label: str) -> OnnxFormatError:
+def _not_regular(err: NotRegularFile, label: str) -> OnnxFormatError:
     return OnnxFormatError(
         f"{label} is not a regular file; only regular files are read (it is {err.kind})."
     )
@@ -295,7 +302,7 @@ def _check_sorted(
             return invalid, None
         skeleton = _skeleton(onnx, model)
     except UnicodeDecodeError as err:  # a name or text field that protobuf's Python cannot read
-        return f"{invalid}; and its text is not UTF-8 ({files.escape(err.reason)})", None
+        return f"{invalid}; and its text is not UTF-8 ({escape(err.reason)})", None
     again = _refusal(lambda: onnx.checker.check_model(skeleton))
     shape_error = shape_refusal(onnx, skeleton) if shapes and again is None else None
     return again, shape_error
@@ -419,7 +426,7 @@ def _refusal(check: Callable[[], object]) -> str | None:
     try:
         check()
     except Exception as err:  # ValidationError, InferenceError, or protobuf's size limits
-        return files.escape(str(err))
+        return escape(str(err))
     return None
 
 
@@ -557,20 +564,18 @@ def _external_range(
 ) -> tuple[str, int, int]:
     """The real path of the file ``tensor`` keeps its data in, and its range there (offset,
     length), checked: see :func:`_check_external_data`."""
-    where = f"{label}: tensor {files.quote(tensor.name)} keeps its data in"
+    where = f"{label}: tensor {quote(tensor.name)} keeps its data in"
     try:
         info = onnx.external_data_helper.ExternalDataInfo(tensor)
     except ValueError as err:
-        raise OnnxFormatError(
-            f"{where} a file described wrongly: {files.escape(str(err))}"
-        ) from err
+        raise OnnxFormatError(f"{where} a file described wrongly: {escape(str(err))}") from err
     location = info.location
-    target, size = _external_file(root, folder, location, f"{where} {files.quote(location)}, which")
+    target, size = _external_file(root, folder, location, f"{where} {quote(location)}, which")
     offset = info.offset or 0
     length = size - offset if info.length is None else info.length
     if offset + length > size or length < 0:
         raise OnnxFormatError(
-            f"{where} {files.quote(location)} at bytes [{offset}, {offset + length}), but "
+            f"{where} {quote(location)} at bytes [{offset}, {offset + length}), but "
             f"that file has {size} bytes."
         )
     return target, offset, length
@@ -583,8 +588,8 @@ def _check_length(onnx: Any, tensor: Any, length: int, label: str) -> None:
     if need is not None and length < need:
         location = onnx.external_data_helper.ExternalDataInfo(tensor).location
         raise OnnxFormatError(
-            f"{label}: tensor {files.quote(tensor.name)} keeps its data in "
-            f"{files.quote(location)}: {length} bytes, but its shape {list(tensor.dims)} "
+            f"{label}: tensor {quote(tensor.name)} keeps its data in "
+            f"{quote(location)}: {length} bytes, but its shape {list(tensor.dims)} "
             f"needs {need}."
         )
 
@@ -603,17 +608,17 @@ def _external_bytes(onnx: Any, tensor: Any, folder: str, label: str) -> bytes:
     target, offset, length = _external_range(onnx, tensor, root, folder, label)
     _check_length(onnx, tensor, length, label)
     try:
-        with files.open_regular(target) as f:
+        with open_regular(target) as f:
             f.seek(offset)
             data = f.read(length)
-    except (OSError, files.FormatError) as err:
+    except (OSError, FormatError) as err:
         raise OnnxFormatError(
-            f"{label}: the external data of tensor {files.quote(tensor.name)} cannot be read: "
-            f"{files.escape(str(err))}"
+            f"{label}: the external data of tensor {quote(tensor.name)} cannot be read: "
+            f"{escape(str(err))}"
         ) from err
     if len(data) != length:
         raise OnnxFormatError(
-            f"{label}: the external data of tensor {files.quote(tensor.name)} cannot be read: "
+            f"{label}: the external data of tensor {quote(tensor.name)} cannot be read: "
             f"{len(data)} of {length} bytes were there."
         )
     return data
@@ -634,15 +639,15 @@ def _external_file(root: str, folder: str, location: str, which: str) -> tuple[s
         target = os.path.realpath(os.path.join(root, location))
         inside = os.path.commonpath([root, target]) == root
     except (OSError, ValueError) as err:  # a name the system refuses
-        raise OnnxFormatError(f"{which} names no file ({files.escape(str(err))}).") from err
+        raise OnnxFormatError(f"{which} names no file ({escape(str(err))}).") from err
     if not inside:
         raise OnnxFormatError(f"{which} is not a file in the model's folder {folder!r}.")
     try:
-        size = files.regular_size(target)
-    except files.NotRegularFile as err:
+        size = regular_size(target)
+    except NotRegularFile as err:
         raise _not_regular(err, which) from None
     except OSError as err:  # missing, a link loop (ELOOP), a name too long, no permission
-        reason = err.strerror or files.escape(str(err))
+        reason = err.strerror or escape(str(err))
         raise OnnxFormatError(f"{which} cannot be read: {reason}.") from err
     if os.path.islink(os.path.join(root, location)):
         raise OnnxFormatError(

@@ -32,7 +32,8 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.modes import MODES
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import clip, escape
+from cudnn_rnn.io.files.sniffing import ONNX
 from cudnn_rnn.io.found import FoundRNN
 from cudnn_rnn.io.onnx.eval import (
     LAYOUT_OPS,
@@ -346,7 +347,7 @@ def _dequantized(
         notes.append(
             f"its weights W and R are {kind} with a scale and a zero point {per}, read "
             "dequantized ((weight - zero_point) * scale, in float32); onnxruntime computes "
-            f"{files.escape(node.op_type)}'s matmuls in 8-bit integers with each input "
+            f"{escape(node.op_type)}'s matmuls in 8-bit integers with each input "
             "quantized as it runs, so its outputs differ from this layer's by that "
             "quantization error"
         )
@@ -365,7 +366,7 @@ def _other(node: Any, scope: Scope) -> Seen:
         CUDNN_LSTM if "LSTM" in op_type.upper() else CUDNN_GRU if "GRU" in op_type.upper() else None
     )
     reason = (
-        f"has op type {files.escape(op_type)!r} of domain {files.escape(domain)!r}, "
+        f"has op type {escape(op_type)!r} of domain {escape(domain)!r}, "
         "which our layers do not compute (they compute ONNX's LSTM, GRU and RNN, and "
         "com.microsoft's DynamicQuantizeLSTM with its weights dequantized)"
     )
@@ -470,7 +471,7 @@ class Target:
         return FoundRNN(
             name,
             self.where,
-            files.ONNX,
+            ONNX,
             first.mode or _KIND.get(first.op_type),
             num_layers=len(self.seen),
             num_units=first.hidden,
@@ -600,17 +601,13 @@ def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
         path, index_path = frame.path + step, frame.index_path + f"#{i}"
         ev.charge(STEP_COST + len(path) + len(index_path), "walking the graphs")
         named = step == _text(node.name)
-        short = (
-            f"{files.escape(node.op_type)} {node.name!r}"
-            if named
-            else f"{files.escape(node.op_type)} #{i}"
-        )
+        short = f"{escape(node.op_type)} {node.name!r}" if named else f"{escape(node.op_type)} #{i}"
         key = (node.domain, node.op_type)
         holds = key in functions or any(a.type in (GRAPH, GRAPHS) for a in node.attribute)
         if holds and len(frame.scope.trail) >= MAX_NESTING:
             raise OnnxFormatError(
-                f"{owner}: {files.escape(node.op_type)} node {node.name!r} "
-                f"{files.clip(frame.scope.where, 200)} is nested in {len(frame.scope.trail)} "
+                f"{owner}: {escape(node.op_type)} node {node.name!r} "
+                f"{clip(frame.scope.where, 200)} is nested in {len(frame.scope.trail)} "
                 f"graphs and function calls, and holds or calls more; at most {MAX_NESTING} "
                 "are walked."
             )
@@ -630,7 +627,7 @@ def _walk(model: Any, ev: Evaluator, owner: str) -> list[Site]:
             )
             continue
         if rnn_kind(node) is not None:
-            label = f"{files.escape(_text(node.op_type))} node " + (
+            label = f"{escape(_text(node.op_type))} node " + (
                 repr(node.name) if named else f"#{i}" + (f" ({node.name!r})" if node.name else "")
             )
             sites.append(

@@ -25,7 +25,7 @@ from cudnn_rnn.core.constants import (
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS, Param, layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
-from cudnn_rnn.io import files
+from cudnn_rnn.io.files.escaping import clip, quote
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.gate_blocks import BlockKey, unstack_gates
 from cudnn_rnn.io.onnx.eval import LAYOUT_OPS, PLUMBING, STATE_OPS, Evaluator, Scope
@@ -450,9 +450,9 @@ def _choices(records: list[FoundRNN]) -> str:
     for r in records[:_MAX_NAMED]:
         what = f"{r.mode or 'no cuDNN mode'} {r.direction or ''}".strip()
         sizes = f"{r.num_layers} layer(s), num_units={r.num_units}, input_size={r.input_size}"
-        line = f"{files.quote(r.name)} ({what}, {sizes}: {r.where}"
+        line = f"{quote(r.name)} ({what}, {sizes}: {r.where}"
         if not r.computable:
-            line += "; not computable: " + files.clip("; ".join(r.reasons), 200)
+            line += "; not computable: " + clip("; ".join(r.reasons), 200)
         shown.append(line + ")")
     more = len(records) - _MAX_NAMED
     return (

@@ -7,10 +7,13 @@ each tensor name to a ``BundleEntryProto`` (dtype, shape, shard, offset, size, m
 its empty key holds a ``BundleHeaderProto`` (number of shards, byte order, format version).
 TensorFlow writes one data shard per ``Saver.save`` without ``sharded=True``.
 
-The format has three layers, one module each, each importing only the one below it: this module
-(the bundle: its protos, the data shards, reading, the crash-safe writer) on
+The format has three layers, each importing only the ones below it: the bundle on
 :mod:`cudnn_rnn.io.tf1.table` (the SSTable: blocks, restart points, footer, block checksums,
-CRC-32C) on :mod:`cudnn_rnn.io.tf1.protobuf_wire` (varints and fields). Files are opened by
+CRC-32C) on :mod:`cudnn_rnn.io.tf1.protobuf_wire` (varints and fields). The bundle is four
+modules: this one reads it (the index as a compact mapping, the data shards, every claim checked)
+and is its public face; :mod:`~cudnn_rnn.io.tf1.writer` writes it; :mod:`~cudnn_rnn.io.tf1.protos`
+is its protos and dtypes, shared by both; :mod:`~cudnn_rnn.io.tf1.prefix` names a prefix's files
+and is the crash-safe overwrite protocol. Files are opened by
 :func:`cudnn_rnn.io.files.open_regular` (regular files only).
 
 The reader trusts nothing in the files: every length, offset and count is checked against the file
@@ -39,40 +42,30 @@ the raw ``uint16`` bits (``bfloat16="bits"``); the writer stores as bfloat16 the
 from __future__ import annotations
 
 import bisect
-import contextlib
 import io
-import math
 import os
-import re
 from array import array
-from collections.abc import Collection, ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from cudnn_rnn.io import atomic, files
-from cudnn_rnn.io.tf1.protobuf_wire import (
-    BYTES,
-    FIXED32,
-    VARINT,
-    Malformed,
-    bytes_field,
-    fixed32_field,
-    int_field,
-    message_fields,
-    parse_message,
-    repeated_ints,
-    scan_fields,
-    signed,
-    varint_field,
+from cudnn_rnn.io import files
+from cudnn_rnn.io.tf1.prefix import bundle_prefix, data_path, readable_prefix
+from cudnn_rnn.io.tf1.protobuf_wire import Malformed
+from cudnn_rnn.io.tf1.protos import (
+    DT_BFLOAT16,
+    DTYPES,
+    ENUM_OF_NAME,
+    SUPPORTED_DTYPES,
+    BundleEntry,
+    Header,
+    decode_entry,
+    decode_header,
+    dtype_name,
 )
-
-# The writer's table builder and TensorFlow's table settings, under the private names the
-# bundle has always had (tests and the fuzz worker build hostile indexes with them, and a test
-# shrinks _BLOCK_SIZE to make the writer produce many blocks).
-from cudnn_rnn.io.tf1.table import BLOCK_SIZE as _BLOCK_SIZE
 from cudnn_rnn.io.tf1.table import (
     FOOTER_SIZE,
     crc32c,
@@ -82,9 +75,10 @@ from cudnn_rnn.io.tf1.table import (
     table_entries,
     unmask_crc32c,
 )
-from cudnn_rnn.io.tf1.table import RESTART_INTERVAL as _RESTART_INTERVAL
-from cudnn_rnn.io.tf1.table import build_table as _build_table
+from cudnn_rnn.io.tf1.writer import write_bundle
 
+# The format's public names, wherever they live (the writer, the protos, the prefix, the table's
+# checksums): the package and its users import them from here.
 __all__ = [
     "SUPPORTED_DTYPES",
     "BundleEntry",
@@ -107,306 +101,6 @@ class TF1BundleError(files.FormatError):
     """A tensor bundle that is corrupt, truncated, hostile, or uses a feature this reader lacks."""
 
 
-# --------------------------------------------------------------------------------------------
-# dtypes: TensorFlow DataType enum <-> NumPy (little-endian storage)
-
-_DT_BFLOAT16 = 14
-_DTYPES: dict[int, tuple[str, str]] = {  # enum -> (name, little-endian NumPy code of the bytes)
-    1: ("float32", "<f4"),
-    2: ("float64", "<f8"),
-    3: ("int32", "<i4"),
-    4: ("uint8", "|u1"),
-    5: ("int16", "<i2"),
-    6: ("int8", "|i1"),
-    8: ("complex64", "<c8"),
-    9: ("int64", "<i8"),
-    10: ("bool", "|b1"),
-    _DT_BFLOAT16: ("bfloat16", "<u2"),
-    17: ("uint16", "<u2"),
-    18: ("complex128", "<c16"),
-    19: ("float16", "<f2"),
-    22: ("uint32", "<u4"),
-    23: ("uint64", "<u8"),
-}
-_UNSUPPORTED_DTYPES = {
-    7: "string",
-    11: "qint8",
-    12: "quint8",
-    13: "qint32",
-    15: "qint16",
-    16: "quint16",
-    20: "resource",
-    21: "variant",
-    24: "float8_e5m2",
-    25: "float8_e4m3fn",
-}
-#: Names of the dtypes this module reads and writes.
-SUPPORTED_DTYPES: tuple[str, ...] = tuple(sorted(name for name, _ in _DTYPES.values()))
-# NumPy storage code -> enum, for the writer (bfloat16 is chosen explicitly, never by code).
-_ENUM_OF_CODE = {code: enum for enum, (_, code) in _DTYPES.items() if enum != _DT_BFLOAT16}
-_ENUM_OF_NAME = {name: enum for enum, (name, _) in _DTYPES.items()}
-
-
-def _dtype_name(enum: int) -> str:
-    if enum in _DTYPES:
-        return _DTYPES[enum][0]
-    return _UNSUPPORTED_DTYPES.get(enum, f"DataType({enum})")
-
-
-# --------------------------------------------------------------------------------------------
-# the bundle protos
-
-_MAX_DIMS = 254  # TensorFlow's TensorShape limit
-_BUNDLE_VERSION = 1  # kTensorBundleVersion: the format version this reader consumes
-
-
-@dataclass(frozen=True)
-class BundleEntry:
-    """One tensor's record in a bundle's index.
-
-    ``dtype`` is a NumPy-style name (``"float32"``, ``"bfloat16"``, ...; ``"string"`` and the
-    like for types this module cannot read), ``crc32c`` the masked checksum as stored, and
-    ``num_slices`` is non-zero for a partitioned variable (its slices are stored elsewhere and
-    cannot be read here).
-    """
-
-    dtype: str
-    shape: tuple[int, ...]
-    shard_id: int
-    offset: int
-    size: int
-    crc32c: int
-    num_slices: int = 0
-
-    @property
-    def readable(self) -> bool:
-        """Whether :func:`read_bundle` can read this tensor."""
-        return self.dtype in SUPPORTED_DTYPES and self.num_slices == 0
-
-
-@dataclass(frozen=True)
-class _Header:
-    num_shards: int
-    big_endian: bool
-
-
-def _decode_header(value: bytes) -> _Header:
-    what = "header entry (BundleHeaderProto)"
-    fields = parse_message(value, what)
-    num_shards = int_field(fields, 1, 32, what)
-    endianness = int_field(fields, 2, 32, what)
-    if num_shards < 1:
-        raise Malformed(f"{what}: num_shards is {num_shards}, expected at least 1")
-    if endianness not in (0, 1):
-        raise Malformed(f"{what}: endianness is {endianness}, expected 0 (little) or 1 (big)")
-    for payload in message_fields(fields, 3, what):
-        version = parse_message(payload, f"{what} version")
-        min_consumer = int_field(version, 2, 32, f"{what} version")
-        bad = repeated_ints(version.get(3, []), f"{what} version bad_consumers")
-        if min_consumer > _BUNDLE_VERSION or _BUNDLE_VERSION in bad:
-            raise Malformed(
-                f"{what}: written by a newer bundle format (min_consumer {min_consumer}, "
-                f"bad_consumers {bad}); this reader implements version {_BUNDLE_VERSION}"
-            )
-    return _Header(num_shards=num_shards, big_endian=endianness == 1)
-
-
-def _decode_shape(payload: bytes, what: str) -> tuple[int, ...]:
-    """The dimensions of one TensorShapeProto payload, each checked."""
-    shape = parse_message(payload, f"{what} shape")
-    if int_field(shape, 3, 32, f"{what} shape"):
-        raise Malformed(f"{what}: shape has unknown rank")
-    payloads = message_fields(shape, 2, f"{what} shape")
-    _check_rank(len(payloads), what)
-    dims: list[int] = []
-    for dim_payload in payloads:
-        size = int_field(parse_message(dim_payload, f"{what} dim"), 1, 64, f"{what} dim")
-        if size < 0:
-            raise Malformed(f"{what}: shape has a dimension of size {size}")
-        dims.append(size)
-    return tuple(dims)
-
-
-def _check_rank(rank: int, what: str) -> None:
-    if rank > _MAX_DIMS:
-        raise Malformed(f"{what}: shape has {rank} dimensions, at most {_MAX_DIMS} allowed")
-
-
-# Shapes (a dimension of 0 counted as 1) must hold fewer elements than this, so that the size in
-# bytes of a tensor of any dtype (16 bytes at most an element), and every stride, fits in int64:
-# TensorFlow allows (0, 2**62, 2**62) (no elements), which NumPy and torch cannot represent.
-_MAX_ELEMENTS = 1 << 59
-_SHAPE_CACHE_SIZE = 4096  # distinct shape payloads remembered while an index is read
-_ITEMSIZE = {enum: np.dtype(code).itemsize for enum, (_, code) in _DTYPES.items()}
-# BundleEntryProto's scalar fields -> their wire type: dtype, shard_id, offset, size, crc32c
-_ENTRY_WIRES = {1: VARINT, 3: VARINT, 4: VARINT, 5: VARINT, 6: FIXED32}
-
-# (dtype enum, shape, shard_id, offset, size, masked crc32c, num_slices) of a BundleEntryProto
-_EntryFields = tuple[int, tuple[int, ...], int, int, int, int, int]
-
-
-def _decode_entry(
-    buf: bytes, pos: int, end: int, what: str, shapes: dict[bytes, tuple[int, ...]]
-) -> _EntryFields:
-    """The BundleEntryProto at ``buf[pos:end]``, every field checked, its shape above all.
-
-    An index has one entry per tensor, and this is most of what reading one costs: one pass of
-    :func:`scan_fields` (one-byte tags and varints decoded inline), and ``shapes`` caching decoded
-    shape payloads (checkpoints repeat a few shapes many times). A scalar field's last occurrence
-    wins, as in protobuf; a message field's occurrences merge.
-    """
-    values = [0] * 7  # by field number: the scalar fields' values
-    wrong: dict[int, int] = {}  # scalar field -> wire type of its last occurrence, where wrong
-    shape: tuple[int, ...] = ()
-    num_slices = 0
-    for number, wire, value, stop in scan_fields(buf, pos, end, what):
-        if wire == BYTES:
-            if number == 2:  # the shape
-                payload = buf[value:stop]
-                dims = shapes.get(payload)
-                if dims is None:
-                    dims = _decode_shape(payload, what)
-                    if len(shapes) < _SHAPE_CACHE_SIZE:
-                        shapes[payload] = dims
-                if shape:  # a repeated singular message merges: its dims concatenate
-                    dims = shape + dims
-                    _check_rank(len(dims), what)
-                shape = dims
-                continue
-            if number == 7:  # one slice of a partitioned variable
-                num_slices += 1
-                continue
-        elif number == 2 or number == 7:
-            raise Malformed(f"{what}: field {number} has wire type {wire}, expected a message")
-        expected = _ENTRY_WIRES.get(number)
-        if expected is None:
-            continue  # a field this reader does not use
-        if wire == expected:
-            values[number] = value
-            if wrong:
-                wrong.pop(number, None)
-        else:
-            wrong[number] = wire
-    if wrong:
-        number = min(wrong)
-        if number == 6:
-            raise Malformed(f"{what}: crc32c field has wire type {wrong[6]}, expected fixed32")
-        raise Malformed(f"{what}: field {number} has wire type {wrong[number]}, expected a varint")
-    _, enum, _, shard_id, offset, size, crc = values
-    if enum >= 1 << 31:
-        enum = signed(enum, 32, f"{what}: field 1")
-    if shard_id >= 1 << 31:
-        shard_id = signed(shard_id, 32, f"{what}: field 3")
-    if offset >= 1 << 63:
-        offset -= 1 << 64
-    if size >= 1 << 63:
-        size -= 1 << 64
-    for label, number in (("shard_id", shard_id), ("offset", offset), ("size", size)):
-        if number < 0:
-            raise Malformed(f"{what}: {label} is negative ({number})")
-    count = math.prod(shape)
-    if enum in _ITEMSIZE and not num_slices and count * _ITEMSIZE[enum] != size:
-        raise Malformed(
-            f"{what}: size is {size} bytes, but a {_dtype_name(enum)} tensor of shape "
-            f"{_show_shape(shape)} takes {count * _ITEMSIZE[enum]}"
-        )
-    if count >= _MAX_ELEMENTS or (not count and _extent(shape) >= _MAX_ELEMENTS):
-        raise Malformed(
-            f"{what}: shape {_show_shape(shape)} has too many elements (counting a dimension of "
-            f"0 as 1, at most 2**59 - 1 are allowed)"
-        )
-    return enum, shape, shard_id, offset, size, crc, num_slices
-
-
-def _extent(shape: tuple[int, ...]) -> int:
-    """Elements of ``shape`` with each 0 counted as 1: what strides and allocations see."""
-    extent = 1
-    for dim in shape:
-        extent *= dim or 1
-    return extent
-
-
-def _show_shape(shape: tuple[int, ...]) -> str:
-    """``shape`` for a message: a hostile one may have 254 dimensions of 19 digits."""
-    if len(shape) <= 8:
-        return str(list(shape))
-    return f"[{', '.join(map(str, shape[:8]))}, ... ({len(shape)} dimensions)]"
-
-
-def _encode_entry(enum: int, shape: tuple[int, ...], offset: int, size: int, crc: int) -> bytes:
-    dims = b"".join(bytes_field(2, varint_field(1, d)) for d in shape)
-    return (
-        varint_field(1, enum)
-        + bytes_field(2, dims)  # present even for a scalar, as TensorFlow writes it
-        + varint_field(4, offset)
-        + varint_field(5, size)
-        + fixed32_field(6, crc)
-    )
-
-
-# Header of a one-shard little-endian bundle: num_shards 1, version {producer 1}.
-_HEADER = varint_field(1, 1) + bytes_field(3, varint_field(1, _BUNDLE_VERSION))
-
-
-# --------------------------------------------------------------------------------------------
-# paths
-
-_SUFFIX = re.compile(r"\.(index|data-\d{5,}-of-\d{5,})$")
-
-
-def bundle_prefix(path: str | os.PathLike[str]) -> str:
-    """The checkpoint prefix of ``path``: ``path`` itself, or, for an existing ``PREFIX.index``
-    or ``PREFIX.data-00000-of-00001`` file, ``PREFIX``.
-
-    >>> bundle_prefix("/nonexistent/model.ckpt")
-    '/nonexistent/model.ckpt'
-    """
-    p = os.fspath(path)
-    match = _SUFFIX.search(p)
-    if match and os.path.isfile(p) and not os.path.isfile(p + ".index"):
-        return p[: match.start()]
-    return p
-
-
-def _data_path(prefix: str, shard: int, num_shards: int) -> str:
-    return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
-
-
-# An overwrite stages the new pair and keeps the old one under these prefixes until it is done
-# (docs/checkpoint_format.md, "Crash safety"); both are bundles of their own.
-_STAGED, _BACKUP = "cudnn-rnn-new", "cudnn-rnn-old"
-
-
-def _side_prefix(prefix: str, kind: str) -> str:
-    directory, base = os.path.split(prefix)
-    return os.path.join(directory, f".{base}.{kind}")
-
-
-def _data_files(prefix: str) -> list[str]:
-    """The data shards of ``prefix`` that exist, whatever their number."""
-    directory, base = os.path.split(prefix)
-    pattern = re.compile(re.escape(base) + r"\.data-\d{5,}-of-\d{5,}\Z")
-    try:
-        names = sorted(e.name for e in os.scandir(directory or "."))
-    except OSError:
-        return []
-    return [os.path.join(directory, n) for n in names if pattern.match(n)]
-
-
-def _readable_prefix(prefix: str) -> str:
-    """The prefix whose files hold a whole checkpoint: ``prefix``, or its backup pair while an
-    interrupted overwrite is between backing up the old pair and renaming the new index into place
-    (then the staged new index still exists and the live data may already be the new one)."""
-    backup, staged = _side_prefix(prefix, _BACKUP), _side_prefix(prefix, _STAGED)
-    if os.path.isfile(backup + ".index") and os.path.lexists(staged + ".index"):
-        return backup
-    return prefix
-
-
-# --------------------------------------------------------------------------------------------
-# reading
-
-
 @dataclass(frozen=True)
 class BundleIndex:
     """A checkpoint's index, read and checked once by :func:`open_bundle`: the prefix its files
@@ -415,7 +109,7 @@ class BundleIndex:
     that looks at the index first does not parse it again."""
 
     prefix: str
-    header: _Header
+    header: Header
     entries: _EntryTable
 
 
@@ -480,10 +174,10 @@ class _EntryTable(Mapping[str, BundleEntry]):
 
     def _entry(self, i: int) -> BundleEntry:
         start, end = self._values[2 * i], self._values[2 * i + 1]
-        enum, shape, shard_id, offset, size, crc, num_slices = _decode_entry(
+        enum, shape, shard_id, offset, size, crc, num_slices = decode_entry(
             self._data, start, end, "entry", self._shapes
         )
-        return BundleEntry(_dtype_name(enum), shape, shard_id, offset, size, crc, num_slices)
+        return BundleEntry(dtype_name(enum), shape, shard_id, offset, size, crc, num_slices)
 
     def _pairs(self) -> Iterator[tuple[str, BundleEntry]]:
         for i, name in enumerate(self):
@@ -516,7 +210,7 @@ def open_bundle(path: str | os.PathLike[str]) -> BundleIndex:
     Raises :class:`TF1BundleError` for a corrupt index, or one that is not a regular file;
     ``FileNotFoundError`` for a missing one.
     """
-    prefix = _readable_prefix(bundle_prefix(path))
+    prefix = readable_prefix(bundle_prefix(path))
     index_path = prefix + ".index"
     try:
         f, size = _open_regular(index_path, "index")
@@ -539,13 +233,13 @@ def open_bundle(path: str | os.PathLike[str]) -> BundleIndex:
     return BundleIndex(prefix, header, entries)
 
 
-def _parse_index(data: bytes) -> tuple[_Header, _EntryTable]:
+def _parse_index(data: bytes) -> tuple[Header, _EntryTable]:
     """The header and the tensors of an index file's bytes, every entry decoded and checked.
 
     Cost: one pass over the file, a few microseconds an entry; memory: the file and some 30 bytes
     an entry.
     """
-    header: _Header | None = None
+    header: Header | None = None
     keys = bytearray()
     key_ends: array[int] = array("q")
     values: array[int] = array("q")
@@ -555,12 +249,12 @@ def _parse_index(data: bytes) -> tuple[_Header, _EntryTable]:
         if header is None:
             if key:
                 break
-            header = _decode_header(block[start:end])
+            header = decode_header(block[start:end])
             continue
         if not key[0]:
             continue  # one slice of a partitioned variable, listed by its full entry
         try:
-            shard_id = _decode_entry(block, start, end, "entry", shapes)[2]
+            shard_id = decode_entry(block, start, end, "entry", shapes)[2]
             if shard_id >= header.num_shards:
                 shards = header.num_shards
                 raise Malformed(f"entry: shard {shard_id} of a {shards}-shard bundle")
@@ -688,7 +382,7 @@ def _plan_read(
         by_shard.setdefault(entry.shard_id, []).append(k)
     shards: list[tuple[str, list[int]]] = []
     for shard, ks in sorted(by_shard.items()):  # check every shard before reading any
-        path = _data_path(index.prefix, shard, index.header.num_shards)
+        path = data_path(index.prefix, shard, index.header.num_shards)
         try:
             file_size = _regular_file_size(path, "data shard")
         except FileNotFoundError:
@@ -789,8 +483,8 @@ def _read_tensor_bytes(
 def _decode_tensor(
     raw: bytearray, entry: BundleEntry, big_endian: bool, bfloat16: str, path: str, name: str
 ) -> Array:
-    enum = _ENUM_OF_NAME[entry.dtype]
-    stored = np.dtype(_DTYPES[enum][1])
+    enum = ENUM_OF_NAME[entry.dtype]
+    stored = np.dtype(DTYPES[enum][1])
     if big_endian:
         stored = stored.newbyteorder(">")
     if stored.kind == "b":
@@ -802,168 +496,8 @@ def _decode_tensor(
             )
     out = np.frombuffer(raw, dtype=stored).reshape(entry.shape)
     out = out.astype(stored.newbyteorder("="), copy=False)
-    if enum == _DT_BFLOAT16 and bfloat16 == "float32":
+    if enum == DT_BFLOAT16 and bfloat16 == "float32":
         import ml_dtypes  # here, not above: only bfloat16 tensors pay for its import
 
         out = out.view(ml_dtypes.bfloat16).astype(np.float32)  # exact, NaN payloads too
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# writing
-
-
-def _stored_form(name: str, value: object, as_bfloat16: bool) -> tuple[int, Array]:
-    """(DataType enum, C-contiguous little-endian array of the bytes to store) of one tensor."""
-    if isinstance(value, np.generic):
-        value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
-        raise TypeError(
-            f"write_bundle: tensor {name!r} must be a numpy array, got {type(value).__name__} "
-            "(convert a torch tensor with .detach().cpu().numpy())."
-        )
-    array: Array = value
-    if as_bfloat16 or array.dtype.name == "bfloat16":  # ml_dtypes.bfloat16 arrays count too
-        if array.dtype.name == "bfloat16" or array.dtype == np.uint16:
-            bits = array.view(np.uint16)
-        elif array.dtype == np.float32:
-            # Not ml_dtypes' cast: it rounds, and turns every NaN into the one quiet NaN (with a
-            # RuntimeWarning). Values bfloat16 holds exactly are float32 words with a zero low
-            # half, and their bfloat16 bits are the high half, NaN payloads included.
-            words = array.view(np.uint32)
-            if np.any(words & 0xFFFF):
-                raise ValueError(
-                    f"write_bundle: tensor {name!r} has float32 values that bfloat16 cannot hold "
-                    "exactly; round them to bfloat16 first (e.g. torch's .bfloat16())."
-                )
-            bits = (words >> 16).astype(np.uint16)
-        else:
-            raise TypeError(
-                f"write_bundle: bfloat16 tensor {name!r} must be given as uint16 bit patterns or "
-                f"float32 values, got {array.dtype}."
-            )
-        return _DT_BFLOAT16, np.asarray(bits, dtype="<u2", order="C")
-    code = array.dtype.newbyteorder("<").str
-    if code not in _ENUM_OF_CODE:
-        raise TypeError(
-            f"write_bundle: tensor {name!r} has dtype {array.dtype}, which TF checkpoints "
-            f"written here cannot hold; supported: {', '.join(SUPPORTED_DTYPES)}."
-        )
-    return _ENUM_OF_CODE[code], np.asarray(array, dtype=code, order="C")
-
-
-def _check_name(name: object) -> bytes:
-    if not isinstance(name, str):
-        raise TypeError(f"write_bundle: tensor names must be str, got {type(name).__name__}.")
-    if not name or name.startswith("\x00"):
-        raise ValueError(
-            f"write_bundle: tensor name {name!r} is reserved (the empty key is the header, "
-            "keys starting with NUL are slices)."
-        )
-    try:
-        return name.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(f"write_bundle: tensor name {name!r} is not valid Unicode.") from err
-
-
-def write_bundle(
-    prefix: str | os.PathLike[str],
-    tensors: Mapping[str, Array],
-    *,
-    bfloat16: Collection[str] = (),
-) -> None:
-    """Write ``tensors`` as a one-shard TF checkpoint (``PREFIX.index``, ``PREFIX.data-*``).
-
-    The files are what TensorFlow's own writer produces for the same tensors (keys sorted, data in
-    key order, checksums written); ``tf.train.load_checkpoint`` reads them. Names in ``bfloat16``
-    are stored as bfloat16 (give ``uint16`` bit patterns, or float32 values bfloat16 holds
-    exactly). New files get the umask's permissions, overwritten ones keep theirs.
-
-    The write is crash-safe: until the new pair is complete, :func:`read_bundle` (and
-    ``checkpoint.restore``) read the old checkpoint, whenever the process dies; the next write of
-    the prefix rolls an interrupted one back and removes its files. Writers of one directory are
-    serialised by a lock. The protocol is in docs/checkpoint_format.md, "Crash safety".
-    Only regular files are replaced: a directory, FIFO, device or socket at ``PREFIX.index`` or
-    ``PREFIX.data-00000-of-00001`` (or a symbolic link to one) is refused before anything is
-    written, with :class:`cudnn_rnn.io.atomic.NotRegularTarget` naming it.
-    """
-    bf16 = set(bfloat16)
-    unknown = sorted(bf16 - set(tensors))
-    if unknown:
-        raise ValueError(f"write_bundle: bfloat16 names {unknown} are not among the tensors.")
-    items = []
-    for name, value in tensors.items():
-        key = _check_name(name)
-        enum, stored = _stored_form(name, value, name in bf16)
-        items.append((key, enum, stored))
-    items.sort(key=lambda item: item[0])
-
-    prefix_str = os.fspath(prefix)
-    directory = os.path.dirname(os.path.abspath(prefix_str))
-    os.makedirs(directory, exist_ok=True)
-    entries: list[tuple[bytes, bytes]] = [(b"", _HEADER)]
-
-    def write_data(f: BinaryIO) -> None:
-        offset = 0
-        for key, enum, stored in items:
-            raw = stored.reshape(-1).view(np.uint8).data
-            f.write(raw)
-            crc = masked_crc32c(raw)
-            entries.append((key, _encode_entry(enum, stored.shape, offset, len(raw), crc)))
-            offset += len(raw)
-
-    staged = _side_prefix(prefix_str, _STAGED)
-    with atomic.directory_lock(directory):
-        _settle(prefix_str)
-        # Before anything is written or backed up: only regular files are replaced (a FIFO,
-        # a device or a directory there, or a link to one, is refused naming it).
-        for path in (prefix_str + ".index", _data_path(prefix_str, 0, 1)):
-            atomic.check_replaceable(path)
-        try:
-            live_data = _data_path(prefix_str, 0, 1)
-            atomic.write_file(_data_path(staged, 0, 1), write_data, mode_of=live_data)
-            table = _build_table(entries, _BLOCK_SIZE, _RESTART_INTERVAL)
-            atomic.write_file(staged + ".index", table, mode_of=prefix_str + ".index")
-            _swap_in(prefix_str, staged)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                _settle(prefix_str)  # back to the old pair, and no staged or backup file left
-            raise
-
-
-def _swap_in(prefix: str, staged: str) -> None:
-    """Move the staged pair onto ``prefix``, keeping the old pair as a backup until it is done.
-
-    The backup index is linked last (so it implies complete backup data) and the live index is
-    renamed last: from the backup index's creation to that rename, :func:`_readable_prefix` reads
-    the backup; before and after, the live pair, old or new, is whole.
-    """
-    live_index, live_data = prefix + ".index", _data_path(prefix, 0, 1)
-    backup = _side_prefix(prefix, _BACKUP)
-    if os.path.isfile(live_index) and os.path.lexists(live_data):
-        for path in _data_files(prefix):
-            atomic.link_or_copy(path, backup + path[len(prefix) :])
-        atomic.link_or_copy(live_index, backup + ".index")
-    atomic.replace(_data_path(staged, 0, 1), live_data)
-    atomic.replace(staged + ".index", live_index)  # the commit point
-    _remove_pair(backup)
-
-
-def _settle(prefix: str) -> None:
-    """Finish what an interrupted :func:`write_bundle` of ``prefix`` left: make the pair that
-    :func:`_readable_prefix` reads the live one, then remove the staged and backup files."""
-    backup, staged = _side_prefix(prefix, _BACKUP), _side_prefix(prefix, _STAGED)
-    if _readable_prefix(prefix) == backup:  # stopped before the commit: roll the data back
-        for path in _data_files(backup):
-            atomic.link_or_copy(path, prefix + path[len(backup) :])
-    _remove_pair(staged)  # from here on readers read the live pair
-    _remove_pair(backup)
-
-
-def _remove_pair(prefix: str) -> None:
-    """Remove a staged or backup pair, index first, and the temporary files of its names."""
-    for path in (prefix + ".index", *_data_files(prefix)):
-        atomic.remove(path)
-    for path in (prefix + ".index", _data_path(prefix, 0, 1)):
-        atomic.remove_leftovers(path)
-    atomic.fsync_directory(os.path.dirname(os.path.abspath(prefix)))

@@ -58,6 +58,11 @@ interprets: a ``MultiRNNCell`` of ``BasicRNNCell`` run by ``dynamic_rnn``
 saveable, and the stacked pairs of ``BasicRNNCell`` those of its bidirectional one; every group of
 names that ``detect_models`` interprets is skipped here, so no RNN is listed twice.
 
+Three modules read them: :mod:`~cudnn_rnn.io.tf1.cell_kinds` finds the cell scopes and reads each
+cell's sizes by its kind, :mod:`~cudnn_rnn.io.tf1.cell_stacks` groups the cells into RNNs, and
+this one says what each RNN is (:func:`find_cells`) and reads one as cuDNN's canonical tensors
+(:func:`read_cells`).
+
 >>> found = find_cells({
 ...     "rnn/multi_rnn_cell/cell_0/lstm_cell/kernel": (7, 16),
 ...     "rnn/multi_rnn_cell/cell_0/lstm_cell/bias": (16,),
@@ -75,17 +80,13 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from cudnn_rnn.core import tf_names
 from cudnn_rnn.core.constants import (
-    CUDNN_GRU,
     CUDNN_LSTM,
     CUDNN_RNN_BIDIRECTION,
     CUDNN_RNN_RELU,
@@ -103,9 +104,10 @@ from cudnn_rnn.core.layout import (
 )
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.io import files
-from cudnn_rnn.io.detect import detect_models
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
+from cudnn_rnn.io.tf1.cell_kinds import BIAS, KERNEL, PROJ, Cell
+from cudnn_rnn.io.tf1.cell_stacks import Record, class_names, records_of
 
 __all__ = [
     "ACTIVATION_NOTE",
@@ -114,8 +116,6 @@ __all__ = [
     "find_cells",
     "read_cells",
 ]
-
-Shape = tuple[int, ...]
 
 #: What an LSTM's record says about ``forget_bias`` (``details["forget_bias"]``).
 FORGET_BIAS_NOTE = (
@@ -135,449 +135,20 @@ class TF1CellsError(files.FormatError):
     dtype that is no float."""
 
 
-# -- the cells, as data -----------------------------------------------------------------------
-
 #: The dtypes an RNN's tensors may have (one of them, the same for all).
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
-#: Variable roles, each with its names in the later (kernel/bias) and TF 1.0 generation.
-_KERNEL, _BIAS, _PROJ = "kernel", "bias", "projection"
-_PEEPHOLES = ("w_f_diag", "w_i_diag", "w_o_diag")
-_GATES_KERNEL, _GATES_BIAS = tf_names.GATES_KERNEL, tf_names.GATES_BIAS
-_CAND_KERNEL, _CAND_BIAS = "candidate/kernel", "candidate/bias"
-_BLOCK_GRU = ("w_ru", "b_ru", "w_c", "b_c")
-_NEW, _OLD = tf_names.STANDARD_NEW, tf_names.STANDARD_OLD
-#: role -> {generation: the variable's name relative to the cell scope} (TF's names are
-#: cudnn_rnn.core.tf_names').
-_NAMES: Mapping[str, Mapping[str, str]] = {
-    **tf_names.STANDARD_CELL_VARIABLES,
-    **{p: {_NEW: p, _OLD: p} for p in _PEEPHOLES + _BLOCK_GRU},
-}
-
-
-@dataclass(frozen=True)
-class _Kind:
-    """One cell scope name: the TF classes that write it, their mode, their variables' roles."""
-
-    classes: str
-    mode: str
-    roles: tuple[str, ...]
-
-
-_LSTM_ROLES = (_KERNEL, _BIAS, _PROJ, *_PEEPHOLES)
-_KINDS: Mapping[str, _Kind] = {
-    "lstm_cell": _Kind("LSTMCell or LSTMBlockCell", CUDNN_LSTM, _LSTM_ROLES),
-    "basic_lstm_cell": _Kind("BasicLSTMCell", CUDNN_LSTM, (_KERNEL, _BIAS)),
-    "lstm_fused_cell": _Kind("LSTMBlockFusedCell", CUDNN_LSTM, (_KERNEL, _BIAS, *_PEEPHOLES)),
-    "lstm_block_wrapper": _Kind("LSTMBlockFusedCell", CUDNN_LSTM, (_KERNEL, _BIAS, *_PEEPHOLES)),
-    tf_names.BASIC_RNN_CELL: _Kind("BasicRNNCell", CUDNN_RNN_TANH, (_KERNEL, _BIAS)),
-    "gru_cell": _Kind(
-        "GRUCell or GRUBlockCell",
-        CUDNN_GRU,
-        (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS, *_BLOCK_GRU),
-    ),
-}
-#: Cell scope -> (variable name relative to it -> (role, generation)).
-_VARIABLES: Mapping[str, Mapping[str, tuple[str, str]]] = {
-    cell: {_NAMES[role][gen]: (role, gen) for role in kind.roles for gen in (_NEW, _OLD)}
-    for cell, kind in _KINDS.items()
-}
-
-_GRU_REASON = (
-    "TF's {cls} applies the reset gate to the state before the recurrent product "
-    "((r * h) @ U), cuDNN's GRU to the product (r * (h @ U + b)): the math differs"
-)
-_PEEPHOLE_REASON = "peephole connections (w_f_diag, w_i_diag, w_o_diag): cuDNN's LSTM has none"
+#: What an LSTM record of ``lstm_block_wrapper`` cells says (``details["cell_clip"]``).
 _CLIP_NOTE = (
     "lstm_block_wrapper is LSTMBlockFusedCell's scope in early TF 1.x releases, which clipped "
     "the cell state to [-3, 3] unless cell_clip was given; cuDNN does not clip, so the outputs "
     "differ wherever the cell state went beyond 3"
 )
-_SEPARATE_STACKS_REASON = (
-    "bidirectional_dynamic_rnn over two MultiRNNCell stacks of {n} layers: each direction runs "
-    "its own stack, while cuDNN's bidirectional layer l+1 reads both directions' outputs of "
-    "layer l (as stack_bidirectional_dynamic_rnn's layers do)"
-)
-
-
-# -- one cell ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Cell:
-    """One cell scope's variables, interpreted: sizes where they are consistent, and every
-    reason cuDNN's math does not compute the cell."""
-
-    scope: str  # the full scope of its variables, e.g. "rnn/lstm_cell"
-    kind: str  # the cell scope name, a key of _KINDS
-    classes: str  # the TF classes that write these names
-    mode: str
-    generation: str | None
-    names: Mapping[str, str]  # role -> full tensor name
-    num_units: int | None = None
-    input_size: int | None = None
-    num_proj: int | None = None
-    problems: tuple[str, ...] = ()
-
-    @property
-    def output_size(self) -> int | None:
-        return self.num_proj or self.num_units
-
-
-def _cells(shapes: Mapping[str, Shape]) -> list[_Cell]:
-    """Every TF cell scope of ``shapes`` (names left to :mod:`~cudnn_rnn.io.detect` and
-    names under no cell scope left out), interpreted."""
-    skip = _detected(shapes)
-    members: dict[str, dict[str, str]] = {}  # cell scope -> {relative name: full name}
-    foreign: set[str] = set()
-    for name in shapes:
-        if name in skip:
-            continue
-        parts = name.split("/")
-        at = next((i for i in range(len(parts) - 2, -1, -1) if parts[i] in _KINDS), None)
-        if at is None:
-            continue
-        scope, rest = "/".join(parts[: at + 1]), "/".join(parts[at + 1 :])
-        known = _VARIABLES[parts[at]]
-        if rest in known:
-            members.setdefault(scope, {})[rest] = name
-        elif not any(rest.startswith(v + "/") for v in known):  # else a slot: not ours
-            foreign.add(scope)
-    return [
-        _interpret(scope, found, shapes) for scope, found in members.items() if scope not in foreign
-    ]
-
-
-def _detected(shapes: Mapping[str, Shape]) -> set[str]:
-    """The names of every group that :func:`~cudnn_rnn.io.detect.detect_models` reads as
-    a model (the canonical names of ``tf.contrib.cudnn_rnn``'s saveables)."""
-    groups = {
-        (
-            m["scope"] or "",
-            tf_names.BIDIRECTIONAL_STACK
-            if m["direction"] == CUDNN_RNN_BIDIRECTION
-            else tf_names.UNIDIRECTIONAL_STACK,
-            tf_names.CELL_NAMES[m["rnn_mode"]],
-        )
-        for m in detect_models(dict(shapes))
-    }
-    out = set()
-    for name in shapes:
-        parsed = tf_names.parse(name)
-        if parsed is not None and (parsed.scope or "", parsed.stack, parsed.cell) in groups:
-            out.add(name)
-    return out
-
-
-def _interpret(scope: str, members: Mapping[str, str], shapes: Mapping[str, Shape]) -> _Cell:
-    cell = scope.rsplit("/", 1)[-1]
-    kind = _KINDS[cell]
-    roles: dict[str, str] = {}
-    generations: set[str] = set()
-    for rest, full in members.items():
-        role, gen = _VARIABLES[cell][rest]
-        roles[role] = full
-        if _NAMES[role][_NEW] != _NAMES[role][_OLD]:
-            generations.add(gen)
-    # GRUBlockCell's names were never renamed: they say no generation (None).
-    base = _Cell(scope, cell, kind.classes, kind.mode, None, roles)
-    if len(generations) > 1:
-        return _with(
-            base,
-            problems=("holds both TF 1.0's weights/biases names and the later kernel/bias names",),
-            generation=None,
-        )
-    if generations:
-        base = _with(base, generation=generations.pop())
-    if kind.mode == CUDNN_GRU:
-        return _gru(base, shapes)
-    return _gated(base, shapes)
-
-
-def _with(cell: _Cell, **changes: Any) -> _Cell:
-    values = {f: getattr(cell, f) for f in _Cell.__dataclass_fields__}
-    return _Cell(**{**values, **changes})
-
-
-def _shape_of(cell: _Cell, role: str, shapes: Mapping[str, Shape], rank: int) -> Shape:
-    """The shape of ``role``'s tensor, checked to have ``rank`` dimensions, none 0."""
-    name = cell.names.get(role)
-    if name is None:
-        gen = cell.generation or _NEW
-        raise _Bad(f"{cell.scope} has no {_NAMES[role][gen]}")
-    shape = tuple(shapes[name])
-    if len(shape) != rank or not all(d >= 1 for d in shape):
-        raise _Bad(f"{name} has shape {list(shape)}, expected {rank} dimension(s) of size >= 1")
-    return shape
-
-
-class _Bad(Exception):
-    """Shapes that describe no cell of the kind their names say."""
-
-
-def _gated(cell: _Cell, shapes: Mapping[str, Shape]) -> _Cell:
-    """An LSTM or a BasicRNNCell: kernel [input + Hout, G*H], bias [G*H] (LSTMCell: projection
-    [H, P])."""
-    gates = len(CUDNN_GATES[cell.mode])
-    problems: list[str] = []
-    if any(p in cell.names for p in _PEEPHOLES):
-        problems.append(_PEEPHOLE_REASON)
-    try:
-        rows, cols = _shape_of(cell, _KERNEL, shapes, 2)
-        (width,) = _shape_of(cell, _BIAS, shapes, 1)
-        if cols != width or cols % gates:
-            raise _Bad(
-                f"{cell.names[_KERNEL]} has {cols} columns and {cell.names[_BIAS]} {width} "
-                f"entries; {cell.classes} has {gates} x num_units of each"
-            )
-        units, proj = cols // gates, None
-        if _PROJ in cell.names:
-            proj_rows, proj = _shape_of(cell, _PROJ, shapes, 2)
-            if proj_rows != units:
-                raise _Bad(
-                    f"{cell.names[_PROJ]} has {proj_rows} rows, expected num_units = {units}"
-                )
-            if proj > units:
-                problems.append(
-                    f"num_proj {proj} > num_units {units}: cuDNN projects to at most num_units"
-                )
-        input_size = rows - (proj or units)
-        if input_size < 1:
-            raise _Bad(
-                f"{cell.names[_KERNEL]} has {rows} rows: no room for an input beside the "
-                f"{proj or units} recurrent ones"
-            )
-    except _Bad as bad:
-        return _with(cell, problems=(*problems, str(bad)))
-    return _with(
-        cell, num_units=units, input_size=input_size, num_proj=proj, problems=tuple(problems)
-    )
-
-
-def _gru(cell: _Cell, shapes: Mapping[str, Shape]) -> _Cell:
-    """GRUCell (gates/*, candidate/*) or GRUBlockCell (w_ru, b_ru, w_c, b_c): never computable,
-    its sizes still read."""
-    block = any(r in cell.names for r in _BLOCK_GRU)
-    plain = any(r in cell.names for r in (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS))
-    cls = "GRUBlockCell" if block and not plain else "GRUCell"
-    cell = _with(cell, classes=cls)
-    reasons = [_GRU_REASON.format(cls=cls)]
-    if block and plain:
-        return _with(cell, problems=(*reasons, "holds both GRUCell's and GRUBlockCell's names"))
-    roles = _BLOCK_GRU if block else (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS)
-    try:
-        gate_rows, gate_cols = _shape_of(cell, roles[0], shapes, 2)
-        (gate_width,) = _shape_of(cell, roles[1], shapes, 1)
-        cand_rows, units = _shape_of(cell, roles[2], shapes, 2)
-        (cand_width,) = _shape_of(cell, roles[3], shapes, 1)
-        if (gate_cols, gate_width, cand_width, cand_rows) != (
-            2 * units,
-            2 * units,
-            units,
-            gate_rows,
-        ):
-            raise _Bad(
-                f"{cell.scope}'s shapes disagree: {', '.join(cell.names[r] for r in roles)} "
-                f"are {[gate_rows, gate_cols]}, [{gate_width}], {[cand_rows, units]}, "
-                f"[{cand_width}]"
-            )
-        if gate_rows <= units:
-            raise _Bad(f"{cell.names[roles[0]]} has {gate_rows} rows: no room for an input")
-    except _Bad as bad:
-        return _with(cell, problems=(*reasons, str(bad)))
-    return _with(cell, num_units=units, input_size=gate_rows - units, problems=tuple(reasons))
-
-
-# -- cells into RNNs --------------------------------------------------------------------------
-
-_MULTI = tf_names.STANDARD_MULTI
-_DIRECTION = re.compile(r"(?:(?P<parent>.+)/)?(?P<direction>fw|bw)")
-_STACK_LAYER = re.compile(
-    r"(?:(?P<parent>.+)/)?cell_(?P<layer>0|[1-9][0-9]{0,5})(?:/bidirectional_rnn)?"
-)
-
-
-@dataclass
-class _Unit:
-    """One direction's cells: one cell, or a MultiRNNCell's (``multi``), by layer."""
-
-    path: str  # the scope it sits at: S of S/<cell>, P of P/multi_rnn_cell
-    multi: bool
-    layers: dict[int, list[_Cell]] = field(default_factory=dict)
-
-    @property
-    def long_name(self) -> str:
-        if self.multi:
-            return _join(self.path, "multi_rnn_cell")
-        return _join(self.path, self.layers[0][0].kind)
-
-
-@dataclass(frozen=True)
-class _Record:
-    """One RNN: its cells by layer (each layer ``(fw,)`` or ``(fw, bw)``), and what is wrong."""
-
-    name: str
-    long_name: str
-    where: str
-    layers: tuple[tuple[_Cell, ...], ...]
-    problems: tuple[str, ...]
-    bidirectional: bool
-    separate_stacks: bool = False  # a bidirectional pair of MultiRNNCells of > 1 layer
-
-
-def _join(parent: str, child: str) -> str:
-    return f"{parent}/{child}" if parent else child
-
-
-def _units(cells: list[_Cell]) -> list[_Unit]:
-    units: dict[tuple[str, bool, str], _Unit] = {}
-    for cell in cells:
-        parent = cell.scope.rsplit("/", 1)[0] if "/" in cell.scope else ""
-        m = _MULTI.fullmatch(parent)
-        if m is not None:
-            key = (m["parent"] or "", True, "")
-            layer = int(m["layer"])
-        else:
-            key, layer = (parent, False, cell.kind), 0
-        unit = units.setdefault(key, _Unit(key[0], key[1]))
-        unit.layers.setdefault(layer, []).append(cell)
-    # Two single cells at one scope (rnn/lstm_cell and rnn/gru_cell) are two units, which the
-    # key's cell kind already keeps apart.
-    return list(units.values())
-
-
-def _unit_problems(unit: _Unit) -> list[str]:
-    problems = []
-    count = max(unit.layers) + 1
-    missing = [str(k) for k in range(count) if k not in unit.layers]
-    if missing:
-        problems.append(f"MultiRNNCell {unit.long_name} lacks cell_{', cell_'.join(missing)}")
-    for k, cells in sorted(unit.layers.items()):
-        if len(cells) > 1:
-            problems.append(
-                f"{unit.long_name} has {len(cells)} cells at cell_{k} "
-                f"({', '.join(c.kind for c in cells)})"
-            )
-    return problems
-
-
-def _unit_layers(unit: _Unit) -> list[_Cell]:
-    return [cells[0] for _, cells in sorted(unit.layers.items())]
-
-
-def _records(shapes: Mapping[str, Shape]) -> list[_Record]:
-    """Every RNN of TF cells in ``shapes``, named uniquely."""
-    units = _units(_cells(shapes))
-    pairs: dict[str, dict[str, _Unit]] = {}
-    for unit in units:
-        m = _DIRECTION.fullmatch(unit.path)
-        if m is not None:
-            pairs.setdefault(m["parent"] or "", {})[m["direction"]] = unit
-    records: list[_Record] = []
-    stacked: dict[str, dict[int, tuple[_Unit, _Unit]]] = {}
-    paired: set[int] = set()
-    for parent, both in pairs.items():
-        if len(both) != 2:
-            continue
-        fw, bw = both["fw"], both["bw"]
-        paired.update((id(fw), id(bw)))
-        m = _STACK_LAYER.fullmatch(parent)
-        single = not fw.multi and not bw.multi
-        if m is not None and single and not (m["parent"] or "").endswith("multi_rnn_cell"):
-            stacked.setdefault(m["parent"] or "", {})[int(m["layer"])] = (fw, bw)
-        else:
-            records.append(_pair(parent, fw, bw))
-    for parent, layers in stacked.items():
-        records.append(_stack(parent, layers))
-    for unit in units:
-        if id(unit) not in paired:
-            records.append(_single(unit))
-    return _unique(records)
-
-
-def _single(unit: _Unit) -> _Record:
-    cells = _unit_layers(unit)
-    classes = _classes(cells)
-    if unit.multi:
-        name = unit.path or unit.long_name
-        where = f"MultiRNNCell {files.quote(unit.long_name)} ({len(unit.layers)} x {classes})"
-    else:
-        name = unit.path or unit.long_name
-        where = f"cell {files.quote(unit.long_name)} ({classes})"
-    return _Record(
-        name, unit.long_name, where, tuple((c,) for c in cells), tuple(_unit_problems(unit)), False
-    )
-
-
-def _pair(parent: str, fw: _Unit, bw: _Unit) -> _Record:
-    problems = _unit_problems(fw) + _unit_problems(bw)
-    fws, bws = _unit_layers(fw), _unit_layers(bw)
-    separate = max(len(fws), len(bws)) > 1
-    if len(fws) != len(bws):
-        problems.append(f"fw has {len(fws)} layers, bw {len(bws)}")
-    elif separate:
-        problems.append(_SEPARATE_STACKS_REASON.format(n=len(fws)))
-    where = (
-        f"bidirectional_dynamic_rnn {files.quote(parent)} (fw and bw: "
-        + (f"MultiRNNCell of {len(fws)} x " if fw.multi else "")
-        + f"{_classes(fws + bws)})"
-    )
-    layers = tuple(zip(fws, bws))
-    return _Record(parent, parent, where, layers, tuple(problems), True, separate)
-
-
-def _stack(parent: str, layers: dict[int, tuple[_Unit, _Unit]]) -> _Record:
-    count = max(layers) + 1
-    problems = [
-        f"stack_bidirectional_dynamic_rnn {parent} lacks cell_{k}"
-        for k in range(count)
-        if k not in layers
-    ]
-    pairs = tuple((layers[k][0].layers[0][0], layers[k][1].layers[0][0]) for k in sorted(layers))
-    for fw, bw in (layers[k] for k in sorted(layers)):
-        problems += _unit_problems(fw) + _unit_problems(bw)
-    classes = _classes([c for pair in pairs for c in pair])
-    where = (
-        f"stack_bidirectional_dynamic_rnn {files.quote(parent)} ({len(layers)} x fw and bw: "
-        f"{classes})"
-    )
-    return _Record(parent, parent, where, pairs, tuple(problems), True)
-
-
-def _classes(cells: Sequence[_Cell]) -> str:
-    return " and ".join(sorted({c.classes for c in cells}))
-
-
-def _unique(records: list[_Record]) -> list[_Record]:
-    """Records named by their short names; where two would read the same, by their full
-    structural paths, then by a position."""
-    count: dict[str, int] = {}
-    for r in records:
-        count[r.name] = count.get(r.name, 0) + 1
-    renamed = [r if count[r.name] == 1 else _rename(r, r.long_name) for r in records]
-    seen: dict[str, int] = {}
-    out = []
-    for r in renamed:
-        n = seen[r.name] = seen.get(r.name, 0) + 1
-        out.append(r if n == 1 else _rename(r, f"{r.name}#{n}"))
-    return sorted(out, key=lambda r: r.name)
-
-
-def _rename(record: _Record, name: str) -> _Record:
-    return _Record(
-        name,
-        record.long_name,
-        record.where,
-        record.layers,
-        record.problems,
-        record.bidirectional,
-        record.separate_stacks,
-    )
 
 
 # -- the record -------------------------------------------------------------------------------
 
 
-def _summary(record: _Record, dtypes: Mapping[str, str] | None) -> tuple[dict[str, Any], list[str]]:
+def _summary(record: Record, dtypes: Mapping[str, str] | None) -> tuple[dict[str, Any], list[str]]:
     """The record's sizes and every reason cuDNN's math does not compute it (``dtypes``: the
     tensors' dtype names, where known)."""
     cells = [c for layer in record.layers for c in layer]
@@ -595,7 +166,7 @@ def _summary(record: _Record, dtypes: Mapping[str, str] | None) -> tuple[dict[st
     modes = sorted({c.mode for c in cells})
     mode: str | None = modes[0] if len(modes) == 1 else None
     if mode is None:
-        problems.append(f"its cells are of several kinds ({_classes(cells)})")
+        problems.append(f"its cells are of several kinds ({class_names(cells)})")
     sizes: dict[str, Any] = {
         "num_units": first.num_units,
         "input_size": first.input_size,
@@ -612,7 +183,7 @@ def _summary(record: _Record, dtypes: Mapping[str, str] | None) -> tuple[dict[st
     return {"mode": mode, **sizes}, problems
 
 
-def _dtype_problem(cells: Sequence[_Cell], dtypes: Mapping[str, str] | None) -> str | None:
+def _dtype_problem(cells: Sequence[Cell], dtypes: Mapping[str, str] | None) -> str | None:
     """Why the cells' tensors cannot be read as one RNN's floats (int32 kernels, strings, mixed
     float dtypes), or None; None too where the dtypes are not known."""
     if dtypes is None:
@@ -626,7 +197,7 @@ def _dtype_problem(cells: Sequence[_Cell], dtypes: Mapping[str, str] | None) -> 
     )
 
 
-def _input_problems(record: _Record) -> list[str]:
+def _input_problems(record: Record) -> list[str]:
     """Each layer's input width against what cuDNN feeds it: the input for layer 0, both
     directions' outputs of the layer below after (a pair of separate stacks: its own)."""
     problems = []
@@ -649,7 +220,7 @@ def _input_problems(record: _Record) -> list[str]:
     return problems
 
 
-def _found(record: _Record, kind: str, dtypes: Mapping[str, str] | None) -> FoundRNN:
+def _found(record: Record, kind: str, dtypes: Mapping[str, str] | None) -> FoundRNN:
     summary, problems = _summary(record, dtypes)
     cells = [c for layer in record.layers for c in layer]
     mode = summary["mode"]
@@ -706,7 +277,7 @@ def find_cells(
     generation, the cells' scopes, and what the checkpoint does not store (``forget_bias``, a
     BasicRNNCell's activation: ``activation_known`` False).
     """
-    return [_found(r, kind, dtypes) for r in _records(shapes)]
+    return [_found(r, kind, dtypes) for r in records_of(shapes)]
 
 
 # -- reading one ------------------------------------------------------------------------------
@@ -745,7 +316,7 @@ def read_cells(
     where = f"TF1 checkpoint {index.prefix}"
     entries = index.entries
     shapes = {n: e.shape for n, e in entries.items()}
-    records = _records(shapes)
+    records = records_of(shapes)
     record = next((r for r in records if r.name == name), None)
     if record is None:
         held = files.names([r.name for r in records], 8) if records else "none"
@@ -801,7 +372,7 @@ def _check_forget_bias(value: object) -> float:
 
 
 def _cell_blocks(
-    cell: _Cell, arrays: Mapping[str, np.ndarray[Any, Any]], forget_bias: float
+    cell: Cell, arrays: Mapping[str, np.ndarray[Any, Any]], forget_bias: float
 ) -> dict[tuple[str, str | None], np.ndarray[Any, Any]]:
     """One cell's canonical tensors by (layout kind, cuDNN gate), in float64: TF's kernel
     ``[input + Hout, G*H]`` split into the input rows and the recurrent rows, each transposed,
@@ -810,8 +381,8 @@ def _cell_blocks(
     gates = CUDNN_GATES[cell.mode]
     tf_order = GATE_ORDERS["tf"][cell.mode]
     inputs = cell.input_size or 0
-    kernel = arrays[cell.names[_KERNEL]].astype(np.float64)
-    bias = permute_gates(arrays[cell.names[_BIAS]].astype(np.float64), tf_order, gates)
+    kernel = arrays[cell.names[KERNEL]].astype(np.float64)
+    bias = permute_gates(arrays[cell.names[BIAS]].astype(np.float64), tf_order, gates)
     parts = {
         INPUT: permute_gates(kernel[:inputs].T, tf_order, gates),
         RECURRENT: permute_gates(kernel[inputs:].T, tf_order, gates),
@@ -825,8 +396,8 @@ def _cell_blocks(
     }
     if (INPUT_BIAS, "f") in out:  # an LSTM: TF adds forget_bias to the forget gate's sum
         out[INPUT_BIAS, "f"] = out[INPUT_BIAS, "f"] + forget_bias
-    if _PROJ in cell.names:
-        out[PROJECTION, None] = arrays[cell.names[_PROJ]].astype(np.float64).T
+    if PROJ in cell.names:
+        out[PROJECTION, None] = arrays[cell.names[PROJ]].astype(np.float64).T
     return out
 
 
@@ -851,7 +422,7 @@ def _activation_given(found: FoundRNN, mode: str) -> FoundRNN:
 
 
 def _notes(
-    record: _Record, mode: str, forget_bias: float, activation: str | None
+    record: Record, mode: str, forget_bias: float, activation: str | None
 ) -> tuple[str, ...]:
     cells = [c for layer in record.layers for c in layer]
     notes = [

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 
 import google_crc32c
 
-from cudnn_rnn.io.files import TF_TABLE_MAGIC
+from cudnn_rnn.io.files.sniffing import TF_TABLE_MAGIC
 from cudnn_rnn.io.tf1.protobuf_wire import Malformed, encode_varint, read_varint
 
 __all__ = [

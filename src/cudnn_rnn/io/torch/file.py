@@ -68,9 +68,22 @@ from typing import IO, Any, cast
 import torch
 
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.io import files, npz, pickles
+from cudnn_rnn.io import npz, pickles
 from cudnn_rnn.io import safetensors as st
-from cudnn_rnn.io.files import clip, first_line, listed
+from cudnn_rnn.io.files.escaping import clip, first_line, listed
+from cudnn_rnn.io.files.opening import open_regular, pinned, read_at, size_of
+from cudnn_rnn.io.files.sniffing import (
+    KINDS,
+    NPZ,
+    PICKLE,
+    SAFETENSORS,
+    TORCH_PICKLE,
+    TORCH_ZIP,
+    TORCHSCRIPT,
+    UNKNOWN,
+    sniff,
+)
+from cudnn_rnn.io.files.zip_reader import zip_archive
 from cudnn_rnn.io.found import FoundRNN
 from cudnn_rnn.io.torch import pickled as torch_pickle
 from cudnn_rnn.io.torch import torchscript
@@ -119,8 +132,8 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
 def _torch_load(path: str) -> Any:
     """What ``torch.load(weights_only=True)`` makes of ``path``, on the CPU, once checked (see
     the module)."""
-    with files.open_regular(path) as f:
-        if files.read_at(f, 0, 4) == b"PK\x03\x04":
+    with open_regular(path) as f:
+        if read_at(f, 0, 4) == b"PK\x03\x04":
             checked = _checked_zip(path, f)
         else:
             checked = _checked_legacy(path, f)
@@ -157,7 +170,7 @@ _LEGACY_FIRST_READ = 1 << 20
 def _checked_zip(path: str, f: io.BufferedReader) -> io.RawIOBase:
     """The torch.save archive in ``f``, checked (zip reader, then its ``data.pkl``), as
     ``torch.load`` is to read it."""
-    archive = files.zip_archive(f, "torch file (zip archive)")
+    archive = zip_archive(f, "torch file (zip archive)")
     entry = torch_pickle.data_pkl(path, archive)
     data = archive.read(entry, pin=True)
     try:
@@ -170,11 +183,11 @@ def _checked_zip(path: str, f: io.BufferedReader) -> io.RawIOBase:
 def _checked_legacy(path: str, f: io.BufferedReader) -> io.RawIOBase:
     """The legacy torch.save file in ``f``, its leading pickles checked (read from its start,
     at most 64 MiB), as ``torch.load`` is to read it."""
-    size = files.size_of(f)
+    size = size_of(f)
     most = min(size, pickles.MAX_PICKLE_BYTES)
     want = min(most, _LEGACY_FIRST_READ)
     while True:
-        head = files.read_at(f, 0, want)
+        head = read_at(f, 0, want)
         try:
             end = pickles.check(head, what="its pickles", count=_LEGACY_PICKLES)
         except pickles.PickleError as err:
@@ -182,7 +195,7 @@ def _checked_legacy(path: str, f: io.BufferedReader) -> io.RawIOBase:
                 want = min(most, 4 * want)
                 continue
             raise _refused(path, err, "its pickles", cut=err.short and most < size) from err
-        return files.pinned(f, size, [(0, head[:end])])
+        return pinned(f, size, [(0, head[:end])])
 
 
 def _refused(
@@ -342,12 +355,12 @@ class _Source:
 
 #: The pickled kinds (torch_pickle reads them) and the names that ask for a reader when the
 #: content proves nothing (else: torch.load).
-_PICKLED = (files.TORCH_ZIP, files.TORCH_PICKLE, files.PICKLE)
+_PICKLED = (TORCH_ZIP, TORCH_PICKLE, PICKLE)
 _BY_SUFFIX = {
-    ".safetensors": files.SAFETENSORS,
-    ".npz": files.NPZ,
-    ".pkl": files.PICKLE,
-    ".pickle": files.PICKLE,
+    ".safetensors": SAFETENSORS,
+    ".npz": NPZ,
+    ".pkl": PICKLE,
+    ".pickle": PICKLE,
 }
 _TORCH_LOAD = "torch.load"
 
@@ -358,8 +371,8 @@ def _nothing_recorded(prefix: str) -> str | None:
 
 @contextlib.contextmanager
 def _opened(path: str) -> Iterator[_Source]:
-    kind = files.sniff(path)
-    if kind == files.UNKNOWN:
+    kind = sniff(path)
+    if kind == UNKNOWN:
         kind = _BY_SUFFIX.get(Path(path).suffix.lower(), _TORCH_LOAD)
     if kind in _PICKLED:
         with torch_pickle.open_pickled(path, kind) as pickled:
@@ -380,13 +393,13 @@ def _opened(path: str) -> Iterator[_Source]:
             )
         state = flatten_state(loaded)
         yield _Source(
-            files.TORCH_ZIP,
+            TORCH_ZIP,
             {n: (tuple(t.shape), dtype_name(t)) for n, t in state.items()},
             lambda names: {n: state[n] for n in names},
             _nothing_recorded,
             lambda g: f"{g.describe()} in the state_dict",
         )
-    elif kind == files.TORCHSCRIPT:
+    elif kind == TORCHSCRIPT:
         with torchscript.open_archive(path) as archive:
 
             def where(g: StateGroup) -> str:
@@ -398,8 +411,8 @@ def _opened(path: str) -> Iterator[_Source]:
                 return f"{g.describe()}{own} in the TorchScript module tree"
 
             yield _Source(kind, archive.shapes(), archive.read, archive.nonlinearity, where)
-    elif kind == files.SAFETENSORS:
-        with files.open_regular(path) as f:
+    elif kind == SAFETENSORS:
+        with open_regular(path) as f:
             # The header is checked as every safetensors file is; its format metadata is not
             # ours to check (safetensors.torch.save_file may write {"format": "pt"}).
             entries, _ = st._read_header(f, Path(path))
@@ -410,7 +423,7 @@ def _opened(path: str) -> Iterator[_Source]:
                 _nothing_recorded,
                 lambda g: f"{g.describe()} in the safetensors tensors",
             )
-    elif kind == files.NPZ:
+    elif kind == NPZ:
         with npz.open_npz(path) as arrays:
 
             def read(names: list[str]) -> dict[str, torch.Tensor]:
@@ -425,7 +438,7 @@ def _opened(path: str) -> Iterator[_Source]:
             )
     else:
         raise TorchFileError(
-            f"{path}: {files.KINDS[kind]}; torch state_dicts are read from torch.save files, "
+            f"{path}: {KINDS[kind]}; torch state_dicts are read from torch.save files, "
             "TorchScript archives, pickles, safetensors and .npz files."
         )
 

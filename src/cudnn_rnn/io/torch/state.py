@@ -54,8 +54,8 @@ from cudnn_rnn.core.layout import (
     layout_of,
 )
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.io import files
-from cudnn_rnn.io.files import clip, first_line, listed, quote
+from cudnn_rnn.io.files.escaping import clip, first_line, listed, quote
+from cudnn_rnn.io.files.opening import FormatError
 from cudnn_rnn.io.found import FoundRNN
 
 __all__ = [
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 
-class TorchFileError(files.FormatError):
+class TorchFileError(FormatError):
     """A file that cannot be read as torch-style tensors (a torch.save file, a TorchScript
     archive, a safetensors or ``.npz`` file of torch names), or whose tensors are not the state
     of the ``torch.nn`` RNN module asked for."""

@@ -68,8 +68,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from cudnn_rnn.io import files, pickles
-from cudnn_rnn.io.files import clip, first_line, quote
+from cudnn_rnn.io import pickles
+from cudnn_rnn.io.files.escaping import clip, first_line, quote
+from cudnn_rnn.io.files.zip_reader import STORED, ZipArchive, ZipEntry, ZipError, open_zip
 from cudnn_rnn.io.pickles import shown
 from cudnn_rnn.io.torch.state import TorchFileError
 
@@ -382,7 +383,7 @@ class Archive:
     def __init__(
         self,
         path: str,
-        archive: files.ZipArchive,
+        archive: ZipArchive,
         root: str,
         tensors: dict[str, TensorRef],
         modules: dict[str, ScriptModule],
@@ -441,7 +442,7 @@ class Archive:
             return None
         try:
             text = self._zip.read(entry).decode("utf-8")
-        except (files.ZipError, UnicodeDecodeError):
+        except (ZipError, UnicodeDecodeError):
             return None
         start = re.search(rf"^class {re.escape(cls)}\(", text, flags=re.M)
         if start is None:
@@ -457,9 +458,7 @@ class Archive:
         return found.group(1) if found else None
 
 
-def _read_member(
-    path: str, archive: files.ZipArchive, entry: files.ZipEntry, limit: int
-) -> bytearray:
+def _read_member(path: str, archive: ZipArchive, entry: ZipEntry, limit: int) -> bytearray:
     """The bytes of a member of at most ``limit`` bytes once read (the archive's own checks
     apply: its size is exact, its CRC is checked)."""
     if entry.size > limit:
@@ -477,11 +476,11 @@ def open_archive(path: str | os.PathLike[str]) -> Iterator[Archive]:
     :class:`~cudnn_rnn.io.files.ZipError` for an archive the zip reader refuses); closed when the
     block ends. Only a regular file is opened."""
     name = os.fspath(path)
-    with files.open_zip(name, "TorchScript archive (torch.jit.save)") as archive:
+    with open_zip(name, "TorchScript archive (torch.jit.save)") as archive:
         yield _read_tree(name, archive)
 
 
-def _read_tree(path: str, archive: files.ZipArchive) -> Archive:
+def _read_tree(path: str, archive: ZipArchive) -> Archive:
     roots = [
         n.removesuffix("data.pkl")
         for n in archive.names()
@@ -507,11 +506,11 @@ def _read_tree(path: str, archive: files.ZipArchive) -> Archive:
         entry = archive.get(f"{root}data/{key}")
         if entry is None:
             raise _Refused(f"storage {quote(key)}, which the archive does not hold")
-        if entry.size != numel * dtype.itemsize or entry.method != files.STORED:
+        if entry.size != numel * dtype.itemsize or entry.method != STORED:
             raise _Refused(
                 f"storage {quote(key)} of {numel} {str(dtype).removeprefix('torch.')} elements, "
                 f"whose member holds {entry.size} bytes"
-                + ("" if entry.method == files.STORED else " compressed")
+                + ("" if entry.method == STORED else " compressed")
             )
         return _Storage(key, dtype, numel)
 
