@@ -9,11 +9,16 @@ each, pseudo-layers ``p = layer * num_dirs + dir`` in order. For one pseudo-laye
               W_proj            [P, H]      LSTM with num_proj only
     biases:   bW_0 .. bW_{G-1}  [H]         input biases
               bR_0 .. bR_{G-1}  [H]         recurrent biases
+              P_i, P_f, P_o     [H]         LSTM with peepholes only (a variant)
 
 The opaque buffer is these tensors flattened row-major, back to back, in canonical order::
 
-    | p0: W.. R.. [Wp] | p1: W.. R.. [Wp] | ... | p0: bW.. bR.. | p1: bW.. bR.. | ... |
-    '------------- all weight matrices ----------'------------ all biases ------------'
+    | p0: W.. R.. [Wp] | p1: W.. R.. [Wp] | ... | p0: bW.. bR.. [P..] | p1: ... | ... |
+    '------------- all weight matrices ----------'--------------- all biases --------------'
+
+A variant's layer above the first reads the width :meth:`RNNSpec.layer_input_size` says (one
+direction's output when the directions are summed or are stacks of their own); the peepholes,
+which cuDNN does not have, sit after their pseudo-layer's biases.
 
 (cuDNN's own layout as far as public evidence shows; see docs). With ``skip_input`` layer 0 has no
 input matrices: they take no space in the buffer (their entries have ``offset=None``), and
@@ -44,6 +49,9 @@ RECURRENT = "recurrent"
 PROJECTION = "projection"
 INPUT_BIAS = "input_bias"
 RECURRENT_BIAS = "recurrent_bias"
+PEEPHOLE = "peephole"
+#: The gates a peephole feeds, in the order of the canonical list (ONNX's ``P`` is ``i, o, f``).
+PEEPHOLE_GATES = ("i", "f", "o")
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class Param:
     index: int  # position in its canonical list (weights or biases)
     layer: int
     direction: int  # 0 forward, 1 backward
-    kind: str  # INPUT, RECURRENT, PROJECTION, INPUT_BIAS or RECURRENT_BIAS
+    kind: str  # INPUT, RECURRENT, PROJECTION, INPUT_BIAS, RECURRENT_BIAS or PEEPHOLE
     gate: str | None  # canonical gate name; None for the projection
     shape: tuple[int, ...]
     offset: int | None  # element offset in the opaque buffer; None when not stored (skip_input)
@@ -76,7 +84,7 @@ class FusedParams:
     """One pseudo-layer's tensors in the stacked form torch.nn / cuDNN use.
 
     ``w_ih`` is None under skip_input (layer 0 has no input matrices); ``w_hr`` is None without
-    projection.
+    projection; ``peephole`` (``[3 * H]``: ``P_i, P_f, P_o``) is None without peepholes.
     """
 
     w_ih: Block | None
@@ -84,6 +92,7 @@ class FusedParams:
     b_ih: Block
     b_hh: Block
     w_hr: Block | None
+    peephole: Block | None = None
 
 
 @dataclass(frozen=True)
@@ -211,9 +220,17 @@ def layout_of(spec: RNNSpec) -> Layout:
             for kind in (INPUT_BIAS, RECURRENT_BIAS):
                 for g in gates:
                     add(biases, layer, d, kind, g, (h,))
+            if spec.variant.peepholes:
+                for g in PEEPHOLE_GATES:
+                    add(biases, layer, d, PEEPHOLE, g, (h,))
     fused = _fused(spec, weights + biases)
     blocks = sorted(
-        (b for f in fused for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh) if b is not None),
+        (
+            b
+            for f in fused
+            for b in (f.w_ih, f.w_hh, f.w_hr, f.b_ih, f.b_hh, f.peephole)
+            if b is not None
+        ),
         key=lambda b: b.offset,
     )
     ends = [b.offset + math.prod(b.shape) for b in blocks]
@@ -257,6 +274,7 @@ def _fused(spec: RNNSpec, table: list[Param]) -> tuple[FusedParams, ...]:
                     b_ih=required(of(layer, d, INPUT_BIAS)),
                     b_hh=required(of(layer, d, RECURRENT_BIAS)),
                     w_hr=block(of(layer, d, PROJECTION)),
+                    peephole=block(of(layer, d, PEEPHOLE)),
                 )
             )
     return tuple(out)

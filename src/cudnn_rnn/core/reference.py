@@ -29,6 +29,32 @@ One step, with ``x`` the layer input, ``h`` / ``c`` the previous hidden / cell s
                h'  = tanh (W_h x + b_Wh + r * (R_h h + b_Rh))
                h_t = (1 - u) * h' + u * h
 
+Variants (``variant=``, the mapping :meth:`cudnn_rnn.core.variant.Variant.as_dict` gives: only
+the fields that differ from cuDNN's math; activations as ``{"name", "alpha", "beta"}``), with
+``f`` the gates' activation (sigmoid), ``g`` the candidate's (the mode's own), ``h`` the
+output's (tanh) and ``clip(z) = min(max(z, -c), c)`` where a gate clip ``c`` is given (every
+activation's input: ONNX's ``clip``)::
+
+    lstm:      i   = f(W_i x + b_Wi + R_i h + b_Ri + P_i * c)        (P_*: peepholes, else 0)
+               f   = f(W_f x + b_Wf + R_f h + b_Rf + P_f * c)   or 1 - i  (input_forget)
+               c'  = g(W_c x + b_Wc + R_c h + b_Rc)
+               c_t = f * c + i * c'                then clipped to [-cell_clip, cell_clip]
+               o   = f(W_o x + b_Wo + R_o h + b_Ro + P_o * c_t)
+               m_t = o * h(c_t)
+               h_t = m_t or W_proj @ m_t           then clipped to [-proj_clip, proj_clip]
+
+    gru, reset_after=False (the reset gate before the product):
+               h'  = g(W_h x + b_Wh + R_h (r * h) + b_Rh)
+
+    rnn_*:     h_t = g(W x + b_W + R h + b_R)
+
+``time="reverse"`` runs a unidirectional layer as the backward direction runs (over each
+sequence's own steps, last first; outputs aligned with the input); ``"go_backwards"`` the same
+with the outputs in processing order (``y[k] = reverse[T-1-k]``, Keras). ``merge`` combines a
+bidirectional layer's two outputs: ``[fw, bw]`` (concat), ``fw + bw``, ``fw * bw`` or
+``(fw + bw) / 2`` (ave). ``stacks="separate"``: direction ``d`` of layer ``l > 0`` reads
+direction ``d`` of layer ``l - 1`` only, and the top layer's two outputs are merged.
+
 ``skip_input``: in layer 0 only (both directions) every ``W_g x`` is replaced by ``x``
 itself (requires ``I == H``); the layer-0 input matrices are present but ignored, the
 input biases ``b_Wg`` are still added.
@@ -44,20 +70,23 @@ Canonical parameter order (a contract with the rest of the package): for each la
 ``l`` and, inside it, each direction ``d`` (0 forward, then 1 backward), ``weights``
 holds the ``G`` input matrices ``W_g [H, in_l]``, then the ``G`` recurrent matrices
 ``R_g [H, Hout]``, then (LSTM with projection only) ``W_proj [P, H]``; ``in_0 = I``
-and ``in_l = D*Hout`` for ``l > 0``.  ``biases`` holds, in the same order, the ``G``
-input biases ``b_Wg [H]`` then the ``G`` recurrent biases ``b_Rg [H]``.  Gate order:
+and ``in_l = D*Hout`` for ``l > 0`` (``Hout`` where the directions are summed, multiplied,
+averaged or are separate stacks).  ``biases`` holds, in the same order, the ``G``
+input biases ``b_Wg [H]`` then the ``G`` recurrent biases ``b_Rg [H]`` (then, with
+peepholes, ``P_i, P_f, P_o [H]``).  Gate order:
 LSTM ``i, f, c, o``; GRU ``r, u, h``; tanh/relu a single gate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["rnn_forward"]
+__all__ = ["activation", "rnn_forward"]
 
 Array = NDArray[np.float64]
 
@@ -68,6 +97,11 @@ _GATES: dict[str, tuple[str, ...]] = {
     "rnn_tanh": ("h",),
     "rnn_relu": ("h",),
 }
+_TIMES = ("forward", "reverse", "go_backwards")
+_MERGES = ("concat", "sum", "mul", "ave")
+# Keras's SELU constants (Klambauer et al.).
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
 
 
 def _f64(value: ArrayLike) -> Array:
@@ -80,6 +114,86 @@ def _sigmoid(x: Array) -> Array:
     e = np.exp(-np.abs(x))
     result: Array = np.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
     return result
+
+
+def _elu(x: Array, alpha: float) -> Array:
+    out: Array = np.where(x >= 0.0, x, alpha * np.expm1(np.minimum(x, 0.0)))
+    return out
+
+
+def _activations() -> dict[str, Callable[[Array, Any, Any], Array]]:
+    return {
+        "sigmoid": lambda x, a, b: _sigmoid(x),
+        "tanh": lambda x, a, b: np.tanh(x),
+        "relu": lambda x, a, b: np.maximum(x, 0.0),
+        "hard_sigmoid": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
+        "affine": lambda x, a, b: a * x + b,
+        "leaky_relu": lambda x, a, b: np.where(x >= 0.0, x, a * x),
+        "thresholded_relu": lambda x, a, b: np.where(x > a, x, 0.0),
+        "scaled_tanh": lambda x, a, b: a * np.tanh(b * x),
+        "elu": lambda x, a, b: _elu(x, a),
+        "softsign": lambda x, a, b: x / (1.0 + np.abs(x)),
+        "softplus": lambda x, a, b: np.logaddexp(0.0, x),
+        "selu": lambda x, a, b: _SELU_SCALE * _elu(x, _SELU_ALPHA),
+        "exponential": lambda x, a, b: np.exp(x),
+        "silu": lambda x, a, b: x * _sigmoid(x),
+    }
+
+
+_ACTIVATIONS = _activations()
+# The parameters of an activation given without them: the ONNX operators' defaults.
+_DEFAULTS = {
+    "hard_sigmoid": (0.2, 0.5),
+    "affine": (1.0, 0.0),
+    "leaky_relu": (0.01, None),
+    "thresholded_relu": (1.0, None),
+    "scaled_tanh": (1.0, 1.0),
+    "elu": (1.0, None),
+}
+
+
+def activation(spec: Mapping[str, Any] | str) -> Callable[[Array], Array]:
+    """The activation a name or a ``{"name", "alpha", "beta"}`` mapping describes, as a NumPy
+    function (written here from the formulas, independent of the package's kernels)."""
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    name = spec["name"]
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; expected one of {sorted(_ACTIVATIONS)}")
+    default_alpha, default_beta = _DEFAULTS.get(name, (None, None))
+    alpha = default_alpha if spec.get("alpha") is None else spec["alpha"]
+    beta = default_beta if spec.get("beta") is None else spec["beta"]
+    fn = _ACTIVATIONS[name]
+    return lambda x: fn(x, alpha, beta)
+
+
+@dataclass(frozen=True)
+class _Math:
+    """A variant's math, resolved once: the three activations, the clips, the switches."""
+
+    f: Callable[[Array], Array]
+    g: Callable[[Array], Array]
+    h: Callable[[Array], Array]
+    clip: Callable[[Array], Array]
+    reset_after: bool
+    input_forget: bool
+    cell_clip: float | None
+    proj_clip: float | None
+
+
+def _math(mode: str, variant: Mapping[str, Any]) -> _Math:
+    gate_clip = variant.get("gate_clip")
+    own = {"rnn_relu": "relu"}.get(mode, "tanh")
+    return _Math(
+        f=activation(variant.get("gate_activation", "sigmoid")),
+        g=activation(variant.get("cell_activation") or own),
+        h=activation(variant.get("output_activation", "tanh")),
+        clip=(lambda z: z) if gate_clip is None else (lambda z: np.clip(z, -gate_clip, gate_clip)),
+        reset_after=bool(variant.get("reset_after", True)),
+        input_forget=bool(variant.get("input_forget", False)),
+        cell_clip=variant.get("cell_clip"),
+        proj_clip=variant.get("proj_clip"),
+    )
 
 
 def _check_shape(arr: Array, expected: tuple[int, ...], what: str) -> None:
@@ -96,10 +210,12 @@ class _DirectionParams:
     b_in: list[Array]  # G input biases b_Wg [H]
     b_rec: list[Array]  # G recurrent biases b_Rg [H]
     w_proj: Array | None  # LSTM projection [P, H], or None
+    peep: list[Array] | None = None  # LSTM peepholes P_i, P_f, P_o [H], or None
 
 
 def _step(
     mode: str,
+    m: _Math,
     x_terms: list[Array],
     h: Array,
     c: Array | None,
@@ -112,34 +228,42 @@ def _step(
         out: Array = h @ p.w_rec[g].T + p.b_rec[g]
         return out
 
-    if mode == "rnn_tanh":
-        h_new: Array = np.tanh(x_terms[0] + rec(0))
-        return h_new, None
-    if mode == "rnn_relu":
-        h_new = np.maximum(x_terms[0] + rec(0), 0.0)
+    if mode in ("rnn_tanh", "rnn_relu"):
+        h_new: Array = m.g(m.clip(x_terms[0] + rec(0)))
         return h_new, None
     if mode == "lstm":
         assert c is not None
-        i = _sigmoid(x_terms[0] + rec(0))
-        f = _sigmoid(x_terms[1] + rec(1))
-        c_cand: Array = np.tanh(x_terms[2] + rec(2))
-        o = _sigmoid(x_terms[3] + rec(3))
+        peep = p.peep if p.peep is not None else [0.0, 0.0, 0.0]
+        i = m.f(m.clip(x_terms[0] + rec(0) + peep[0] * c))
+        f = 1.0 - i if m.input_forget else m.f(m.clip(x_terms[1] + rec(1) + peep[1] * c))
+        c_cand: Array = m.g(m.clip(x_terms[2] + rec(2)))
         c_new: Array = f * c + i * c_cand
-        m: Array = o * np.tanh(c_new)
+        if m.cell_clip is not None:
+            c_new = np.clip(c_new, -m.cell_clip, m.cell_clip)
+        o = m.f(m.clip(x_terms[3] + rec(3) + peep[2] * c_new))
+        out: Array = o * m.h(c_new)
         # The projection (no bias) gives both the recurrent state and the output.
-        h_new = m if p.w_proj is None else m @ p.w_proj.T
-        return h_new, c_new
-    # GRU: the reset gate scales R_h h + b_Rh *after* the matrix product, bias included
-    # (cuDNN's variant), not R_h (r * h) as in some GRU formulations.
-    r = _sigmoid(x_terms[0] + rec(0))
-    u = _sigmoid(x_terms[1] + rec(1))
-    h_cand: Array = np.tanh(x_terms[2] + r * rec(2))
+        if p.w_proj is not None:
+            out = out @ p.w_proj.T
+            if m.proj_clip is not None:
+                out = np.clip(out, -m.proj_clip, m.proj_clip)
+        return out, c_new
+    # GRU: cuDNN's reset gate scales R_h h + b_Rh *after* the matrix product, bias included;
+    # reset_after=False (TF's GRUCell, Keras 2, ONNX's default) scales h before it.
+    r = m.f(m.clip(x_terms[0] + rec(0)))
+    u = m.f(m.clip(x_terms[1] + rec(1)))
+    if m.reset_after:
+        candidate = x_terms[2] + r * rec(2)
+    else:
+        candidate = x_terms[2] + (r * h) @ p.w_rec[2].T + p.b_rec[2]
+    h_cand: Array = m.g(m.clip(candidate))
     h_new = (1.0 - u) * h_cand + u * h
     return h_new, None
 
 
 def _run_direction(
     mode: str,
+    m: _Math,
     xs: Array,
     h0: Array,
     c0: Array | None,
@@ -166,7 +290,7 @@ def _run_direction(
         x = xs[t]
         # skip_input: the input itself replaces W_g x for every gate; b_Wg still applies.
         x_terms = [(x if skip else x @ w.T) + b for w, b in zip(p.w_in, p.b_in, strict=True)]
-        h_new, c_new = _step(mode, x_terms, h, c, p)
+        h_new, c_new = _step(mode, m, x_terms, h, c, p)
         # Only batch entries with t < n_b advance; the others keep their state and
         # produce an exact 0.0 output.
         active = (t < lengths)[:, None]
@@ -175,6 +299,27 @@ def _run_direction(
             c = np.where(active, c_new, c)
         outputs[t] = np.where(active, h_new, 0.0)
     return outputs, h, c
+
+
+def _merged(outs: list[Array], merge: str) -> Array:
+    """A layer's output from its directions' outputs (forward first)."""
+    if len(outs) == 1 or merge == "concat":
+        return np.concatenate(outs, axis=-1)
+    if merge == "sum":
+        return outs[0] + outs[1]
+    if merge == "mul":
+        return outs[0] * outs[1]
+    return (outs[0] + outs[1]) / 2.0
+
+
+def _variant_fields(variant: Any) -> dict[str, Any]:
+    if variant is None:
+        return {}
+    if hasattr(variant, "as_dict"):
+        variant = variant.as_dict()
+    if not isinstance(variant, Mapping):
+        raise ValueError(f"variant must be a mapping of changed fields, got {variant!r}")
+    return dict(variant)
 
 
 def rnn_forward(
@@ -192,6 +337,7 @@ def rnn_forward(
     sequence_lengths: ArrayLike | None = None,
     time_major: bool = True,
     dropout_masks: Sequence[ArrayLike] | None = None,
+    variant: Any = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64] | None]:
     """Reference forward pass of a (multi-layer, optionally bidirectional) cuDNN RNN.
 
@@ -209,13 +355,18 @@ def rnn_forward(
         num_proj: LSTM projection size ``P``; ``None`` (or ``0``) means no projection.
         sequence_lengths: ``[B]`` integers in ``[1, T]``; ``None`` means all ``T``.
         time_major: layout of ``inputs`` and of the returned ``outputs``.
-        dropout_masks: ``L - 1`` arrays ``[T, B, D*Hout]`` (always time-major, already
-            scaled) multiplied into the output of layer ``l - 1`` before layer ``l``.
+        dropout_masks: ``L - 1`` arrays ``[T, B, width]`` (always time-major, already
+            scaled) multiplied into what layer ``l`` reads from layer ``l - 1``: its merged
+            output, or the two directions' outputs side by side with separate stacks.
+        variant: the fields that differ from cuDNN's math, as
+            :meth:`cudnn_rnn.core.variant.Variant.as_dict` gives them (or a ``Variant``);
+            None: cuDNN's own.
 
     Returns:
-        ``(outputs, h_n, c_n)``: ``outputs`` ``[T, B, D*Hout]`` (``[B, T, D*Hout]`` if not
-        ``time_major``), ``h_n`` ``[L*D, B, Hout]``, ``c_n`` ``[L*D, B, H]`` for LSTM
-        else ``None``.  Index ``l*D + d`` holds layer ``l`` direction ``d``.
+        ``(outputs, h_n, c_n)``: ``outputs`` ``[T, B, width]`` (``[B, T, width]`` if not
+        ``time_major``; width ``D*Hout`` concatenated, else ``Hout``), ``h_n``
+        ``[L*D, B, Hout]``, ``c_n`` ``[L*D, B, H]`` for LSTM else ``None``.  Index
+        ``l*D + d`` holds layer ``l`` direction ``d``.
 
     Raises:
         ValueError: on an unknown mode, a wrong parameter count or shape, bad lengths,
@@ -235,6 +386,16 @@ def rnn_forward(
         raise ValueError(f"num_proj is only supported for mode 'lstm', not {mode!r}")
     num_dirs = 2 if bidirectional else 1
     num_blocks = num_layers * num_dirs
+    fields = _variant_fields(variant)
+    math = _math(mode, fields)
+    time = fields.get("time", "forward")
+    merge = fields.get("merge", "concat")
+    separate = fields.get("stacks", "layers") == "separate"
+    peepholes = bool(fields.get("peepholes", False))
+    if time not in _TIMES or merge not in _MERGES:
+        raise ValueError(f"unknown time {time!r} or merge {merge!r}")
+    if peepholes and mode != "lstm":
+        raise ValueError(f"peepholes are an LSTM's, not {mode!r}'s")
 
     # ---- parameter counts, then H from the bias shape -------------------------------
     weight_list = [_f64(w) for w in weights]
@@ -246,16 +407,20 @@ def rnn_forward(
             f"{', with projection' if has_proj else ''}, got {len(weight_list)}"
         )
     bias_list = [_f64(b) for b in biases]
-    expected_biases = num_blocks * 2 * num_gates
+    per_bias_block = 2 * num_gates + (3 if peepholes else 0)
+    expected_biases = num_blocks * per_bias_block
     if len(bias_list) != expected_biases:
         raise ValueError(
             f"expected {expected_biases} bias vectors for mode {mode!r}, "
-            f"{num_layers} layer(s), {num_dirs} direction(s), got {len(bias_list)}"
+            f"{num_layers} layer(s), {num_dirs} direction(s)"
+            f"{', with peepholes' if peepholes else ''}, got {len(bias_list)}"
         )
     if bias_list[0].ndim != 1 or bias_list[0].shape[0] < 1:
         raise ValueError(f"biases[0] must have shape [H] with H >= 1, got {bias_list[0].shape}")
     hidden = bias_list[0].shape[0]
     h_out = num_proj if num_proj else hidden
+    merged_width = num_dirs * h_out if merge == "concat" else h_out
+    upper_width = h_out if separate else merged_width
 
     # ---- inputs and initial states -------------------------------------------------
     x = _f64(inputs)
@@ -286,13 +451,13 @@ def rnn_forward(
     params: list[_DirectionParams] = []
     for block in range(num_blocks):
         layer, direction = divmod(block, num_dirs)
-        in_size = input_size if layer == 0 else num_dirs * h_out
+        in_size = input_size if layer == 0 else upper_width
         where = f"layer {layer}, direction {direction}"
         ws = weight_list[block * per_block : (block + 1) * per_block]
-        bs = bias_list[block * 2 * num_gates : (block + 1) * 2 * num_gates]
+        bs = bias_list[block * per_bias_block : (block + 1) * per_bias_block]
         for g, name in enumerate(gate_names):
             w_idx = block * per_block
-            b_idx = block * 2 * num_gates
+            b_idx = block * per_bias_block
             _check_shape(ws[g], (hidden, in_size), f"weights[{w_idx + g}] ({where}, W_{name})")
             _check_shape(
                 ws[num_gates + g],
@@ -305,6 +470,9 @@ def rnn_forward(
                 (hidden,),
                 f"biases[{b_idx + num_gates + g}] ({where}, b_R{name})",
             )
+        for k, name in enumerate(("i", "f", "o") if peepholes else ()):
+            index = block * per_bias_block + 2 * num_gates + k
+            _check_shape(bs[2 * num_gates + k], (hidden,), f"biases[{index}] ({where}, P_{name})")
         w_proj = None
         if has_proj:
             w_proj = ws[2 * num_gates]
@@ -318,8 +486,9 @@ def rnn_forward(
                 w_in=ws[:num_gates],
                 w_rec=ws[num_gates : 2 * num_gates],
                 b_in=bs[:num_gates],
-                b_rec=bs[num_gates:],
+                b_rec=bs[num_gates : 2 * num_gates],
                 w_proj=w_proj,
+                peep=bs[2 * num_gates :] if peepholes else None,
             )
         )
 
@@ -350,41 +519,45 @@ def rnn_forward(
                 f"expected {num_layers - 1} dropout masks (one per layer but the last), "
                 f"got {len(masks)}"
             )
+        width = num_dirs * h_out if separate else merged_width
         for k, mask in enumerate(masks):
-            _check_shape(
-                mask, (num_steps, batch, num_dirs * h_out), f"dropout_masks[{k}] (time-major)"
-            )
+            _check_shape(mask, (num_steps, batch, width), f"dropout_masks[{k}] (time-major)")
 
     # ---- the forward pass ----------------------------------------------------------
     h_n: Array = np.zeros((num_blocks, batch, h_out), dtype=np.float64)
     c_n: Array | None = None if c_init is None else np.zeros_like(c_init)
-    layer_input = x
-    layer_output = x
+    # What each direction reads: one input for all (stacked layers), or its own stack's.
+    reads = [x] * num_dirs
+    dir_outputs: list[Array] = []
     for layer in range(num_layers):
         dir_outputs = []
         for direction in range(num_dirs):
             block = layer * num_dirs + direction
             out, h_last, c_last = _run_direction(
                 mode,
-                layer_input,
+                math,
+                reads[direction],
                 h_init[block],
                 None if c_init is None else c_init[block],
                 params[block],
                 lengths=lengths,
-                reverse=direction == 1,
+                reverse=direction == 1 or time != "forward",
                 skip=skip_input and layer == 0,
             )
+            if time == "go_backwards":
+                out = out[::-1]  # processing order: y[k] is the step at t = T-1-k
             dir_outputs.append(out)
             h_n[block] = h_last
             if c_n is not None and c_last is not None:
                 c_n[block] = c_last
-        # Forward direction first on the feature axis.
-        layer_output = np.concatenate(dir_outputs, axis=-1)
+        if layer == num_layers - 1:
+            break
         # Dropout sits between layers only: never on the last output or the states.
-        if masks is not None and layer < num_layers - 1:
-            layer_input = layer_output * masks[layer]
-        else:
-            layer_input = layer_output
+        read = np.concatenate(dir_outputs, -1) if separate else _merged(dir_outputs, merge)
+        if masks is not None:
+            read = read * masks[layer]
+        reads = np.split(read, num_dirs, axis=-1) if separate else [read] * num_dirs
 
+    layer_output = _merged(dir_outputs, merge)
     outputs: Array = layer_output if time_major else layer_output.transpose(1, 0, 2)
     return np.ascontiguousarray(outputs), h_n, c_n

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import InitVar, dataclass
+from dataclasses import InitVar, dataclass, replace
 from typing import Any
 
 from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
     CUDNN_INPUT_AUTO_MODE,
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_INPUT_SKIP_MODE,
     CUDNN_LSTM,
     CUDNN_RNN_BIDIRECTION,
+    CUDNN_RNN_RELU,
+    CUDNN_RNN_TANH,
     CUDNN_RNN_UNIDIRECTION,
     DIRECTIONS,
     INPUT_MODES,
     MODES,
 )
 from cudnn_rnn.core.gates import CUDNN_GATES
+from cudnn_rnn.core.variant import CUDNN, Activation, Variant
 
 
 def _choice(owner: str, name: str, value: object, allowed: tuple[str, ...], consts: str) -> str:
@@ -105,6 +109,10 @@ class RNNSpec:
             num_units]``. Default None: no projection.
         dropout: the probability in ``[0, 1]`` of zeroing a layer's outputs between layers in
             training. Default 0.
+        variant: what the model computes beyond the mode's cuDNN math
+            (:class:`~cudnn_rnn.core.variant.Variant`: reset placement, activations,
+            peepholes, clips, coupled gates, time direction, how directions merge). Default
+            :data:`~cudnn_rnn.core.variant.CUDNN`, cuDNN's own.
         owner: (not a field) the caller's name at the start of error messages. Default
             ``"RNNSpec"``.
 
@@ -113,7 +121,8 @@ class RNNSpec:
             int (``True`` and ``2.0`` included), a dropout that is not a real number.
         ValueError: a mode, input mode or direction not among the constants, a size below 1,
             ``num_proj`` for another mode than LSTM or above ``num_units``, ``dropout``
-            outside ``[0, 1]``, ``"skip_input"`` with ``input_size != num_units``.
+            outside ``[0, 1]``, ``"skip_input"`` with ``input_size != num_units``, a variant
+            field the mode or direction does not have (:meth:`_check_variant`).
 
     >>> spec = RNNSpec("lstm", num_layers=2, num_units=8, input_size=3, direction="bidirectional")
     >>> spec.num_gates, spec.num_dirs, spec.layer_input_size(1)
@@ -128,6 +137,7 @@ class RNNSpec:
     direction: str = CUDNN_RNN_UNIDIRECTION
     num_proj: int | None = None
     dropout: float = 0.0
+    variant: Variant = CUDNN
     owner: InitVar[str] = "RNNSpec"
 
     def __post_init__(self, owner: str) -> None:
@@ -163,6 +173,9 @@ class RNNSpec:
                 f"input_size == num_units, got input_size={values['input_size']} and "
                 f"num_units={values['num_units']}; use 'linear_input' or 'auto_select'."
             )
+        values["mode"], values["variant"] = _checked_variant(
+            owner, values["mode"], self.variant, values
+        )
         for key, value in values.items():
             object.__setattr__(self, key, value)
 
@@ -184,6 +197,7 @@ class RNNSpec:
             self.direction,
             self.num_proj,
             self.dropout,
+            self.variant,
             owner=owner,
         )
 
@@ -213,13 +227,88 @@ class RNNSpec:
         return self.num_proj if self.num_proj is not None else self.num_units
 
     @property
+    def output_width(self) -> int:
+        """Width of the output sequence: ``num_dirs * output_units`` when the directions are
+        concatenated, ``output_units`` when they are summed, multiplied or averaged."""
+        merged = self.bidirectional and self.variant.merge == "concat"
+        return self.num_dirs * self.output_units if merged else self.output_units
+
+    @property
     def num_states(self) -> int:
         """First dimension of the state tensors: num_layers * num_dirs."""
         return self.num_layers * self.num_dirs
 
     def layer_input_size(self, layer: int) -> int:
-        """Input width of ``layer``: input_size for layer 0, num_dirs * output_units after."""
-        return self.input_size if layer == 0 else self.num_dirs * self.output_units
+        """Input width of ``layer``: input_size for layer 0; after it the merged output of the
+        layer below (:attr:`output_width`), or one direction's (``output_units``) when each
+        direction is a stack of its own."""
+        if layer == 0:
+            return self.input_size
+        if self.variant.stacks == "separate":
+            return self.output_units
+        return self.output_width
+
+
+def _checked_variant(
+    owner: str, mode: str, variant: object, values: dict[str, Any]
+) -> tuple[str, Variant]:
+    """``(mode, variant)`` normalised (a candidate activation that is the mode's own is the
+    default; a plain RNN's tanh or relu is its mode), or ValueError for a field the mode or the
+    direction does not have, so that equal models compare and hash equal."""
+    if not isinstance(variant, Variant):
+        raise TypeError(
+            f"{owner}: variant must be a cudnn_rnn.core.variant.Variant, got "
+            f"{type(variant).__name__} {variant!r}."
+        )
+    own = {CUDNN_RNN_TANH: "tanh", CUDNN_RNN_RELU: "relu"}
+    cell = variant.cell_activation
+    if cell is not None:
+        if mode in own and cell.name in own.values():
+            mode = {"tanh": CUDNN_RNN_TANH, "relu": CUDNN_RNN_RELU}[cell.name]
+            cell = None
+        elif mode not in own and cell == Activation("tanh"):
+            cell = None
+    variant = replace(variant, cell_activation=cell)
+    allowed = {
+        CUDNN_LSTM: {"gate_activation", "cell_activation", "output_activation", "peepholes",
+                     "gate_clip", "cell_clip", "proj_clip", "input_forget"},
+        CUDNN_GRU: {"gate_activation", "cell_activation", "reset_after", "gate_clip"},
+        CUDNN_RNN_TANH: {"cell_activation", "gate_clip"},
+        CUDNN_RNN_RELU: {"cell_activation", "gate_clip"},
+    }[mode] | {"time", "merge", "stacks"}  # fmt: skip
+    changed = variant.changed()
+    foreign = sorted(set(changed) - allowed)
+    if foreign:
+        raise ValueError(
+            f"{owner}: rnn_mode {mode!r} has no {', '.join(foreign)} (a variant of "
+            f"{'an' if mode == CUDNN_LSTM else 'a'} {mode.upper()} may change "
+            f"{', '.join(sorted(allowed))})."
+        )
+    bidirectional = values["direction"] == CUDNN_RNN_BIDIRECTION
+    if "time" in changed and bidirectional:
+        raise ValueError(
+            f"{owner}: time={variant.time!r} is for a unidirectional RNN; a bidirectional one "
+            "runs both directions (direction='unidirectional' with time='reverse' runs one "
+            "backward)."
+        )
+    if variant.time == "go_backwards" and values["num_layers"] > 1:
+        raise ValueError(
+            f"{owner}: time='go_backwards' (Keras) is one layer's setting: its outputs are in "
+            "processing order, which the next layer would read reversed; stack layers of "
+            "num_layers=1 (or use time='reverse', outputs aligned with the input)."
+        )
+    for name in ("merge", "stacks"):
+        if name in changed and not bidirectional:
+            raise ValueError(
+                f"{owner}: {name}={changed[name]!r} is for a bidirectional RNN; this one is "
+                "unidirectional."
+            )
+    if variant.proj_clip is not None and values.get("num_proj") is None:
+        raise ValueError(
+            f"{owner}: proj_clip clips the projection's output, and this LSTM has no "
+            "projection (num_proj=None)."
+        )
+    return mode, variant
 
 
 class SpecProperties:
@@ -267,3 +356,8 @@ class SpecProperties:
     @property
     def dropout(self) -> float:
         return self._described_spec().dropout
+
+    @property
+    def variant(self) -> Variant:
+        """What the model computes beyond its mode's cuDNN math (:class:`Variant`)."""
+        return self._described_spec().variant
