@@ -47,7 +47,14 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_input_mode, check_int
+from cudnn_rnn.core.spec import (
+    RNNSpec,
+    SpecProperties,
+    check_input_mode,
+    check_int,
+    check_variant_mode,
+)
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.initializers import glorot_uniform
 from cudnn_rnn.ops import PaddedOrPacked
 from cudnn_rnn.validation import check_dtype
@@ -85,6 +92,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
         num_proj: int | None = None,
         scope: str | None = None,
         device: torch.device | str | None = None,
+        variant: Variant | None = None,
     ) -> None:
         """Configure the layer; its parameter is sized and initialised at the build (see the
         module: now with ``input_size``, else on the first call). The four layer classes share
@@ -124,6 +132,11 @@ class _CudnnRNN(nn.Module, SpecProperties):
             num_proj: (keyword; ``CudnnLSTM`` only) ``P``, the size of the recurrent
                 projection ``h = W_proj (o * tanh(c))``, an int in ``[1, num_units]``. Default
                 None: no projection.
+            variant: (keyword) what the layer computes beyond its mode's cuDNN math
+                (:class:`~cudnn_rnn.core.variant.Variant`: a GRU's reset gate before the
+                product, other activations, peepholes, clips, coupled gates, reverse time, how
+                the directions merge). Default None: cuDNN's own. A variant runs on the
+                ``variant`` engine (any device, with training) and has no TF1 cuDNN checkpoint.
             scope: (keyword) the variable scope that prefixes the names of the TF canonical
                 checkpoint (:attr:`saveable`, :mod:`cudnn_rnn.checkpoint`). Default None: the
                 names start with ``rnn/`` (``stack_bidirectional_rnn/`` when bidirectional).
@@ -153,8 +166,10 @@ class _CudnnRNN(nn.Module, SpecProperties):
             direction,
             num_proj,
             dropout,
+            CUDNN if variant is None else variant,
             owner=cls,
         )
+        check_variant_mode(cls, self._rnn_mode, self._base_spec)
         self._input_mode = check_input_mode(cls, input_mode)
         dtype = check_dtype(cls, dtype)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -225,6 +240,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             spec.dropout,
             self._seed,
             **({"num_proj": spec.num_proj} if spec.num_proj is not None else {}),
+            variant=spec.variant,
         )._retyped(dtype, cls)
         weights, biases = self._initial_canonical(spec, dtype)
         opaque = op.canonical_to_params(weights, biases)
@@ -334,7 +350,8 @@ class _CudnnRNN(nn.Module, SpecProperties):
     def canonical_bias_shapes(self) -> list[list[int]]:
         """Shapes of the canonical biases (lists ``[H]``, as the original); known before build."""
         b = self._base_spec
-        return [[b.num_units] for _ in range(b.num_layers * b.num_dirs * 2 * b.num_gates)]
+        per = 2 * b.num_gates + (3 if b.variant.peepholes else 0)
+        return [[b.num_units] for _ in range(b.num_layers * b.num_dirs * per)]
 
     def state_shape(self, batch_size: int) -> tuple[list[int], ...]:
         """Shapes of the initial state tuple for ``batch_size``."""
@@ -346,6 +363,12 @@ class _CudnnRNN(nn.Module, SpecProperties):
     def saveable(self) -> CudnnOpaqueParamsSaveable:
         """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given)."""
         spec = self._built_spec("saveable")
+        if not spec.variant.is_cudnn:
+            raise ValueError(
+                f"{type(self).__name__}: a TF1 cuDNN checkpoint holds cuDNN's math only, and "
+                f"this layer computes a variant ({spec.variant.describe()}): save it with "
+                "cudnn_rnn.convert to .safetensors or .onnx, or torch.save its state_dict."
+            )
         from cudnn_rnn.saveable import saveables as saveable_module
 
         if self._saveable is None or self._saveable.opaque_params is not self.opaque_kernel:
@@ -499,10 +522,15 @@ class _CudnnRNN(nn.Module, SpecProperties):
         }
         if self._rnn_mode == CUDNN_LSTM:
             config["num_proj"] = b.num_proj
+        if not b.variant.is_cudnn:
+            config["variant"] = b.variant.as_dict()
         return config
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
+        config = dict(config)
+        if isinstance(config.get("variant"), Mapping):
+            config["variant"] = Variant.from_dict(config["variant"])
         return cls(**config)
 
     # -- checkpoint protocol (delegates to the saveable) -------------------------------------------
@@ -526,6 +554,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
             f"num_layers={b.num_layers}, num_units={b.num_units}, input_size={size}, "
             f"input_mode={self._input_mode!r}, direction={b.direction!r}, "
             f"dropout={b.dropout}{proj}"
+            + (f", variant=<{b.variant.describe()}>" if not b.variant.is_cudnn else "")
         )
 
     # -- state_dict, pickle: the unbuilt layer's uninitialised parameter ---------------------------
@@ -637,6 +666,7 @@ class _CudnnRNNNoInputC(_CudnnRNN):
         input_size: int | None = None,
         scope: str | None = None,
         device: torch.device | str | None = None,
+        variant: Variant | None = None,
     ) -> None:
         super().__init__(
             num_layers,
@@ -652,6 +682,7 @@ class _CudnnRNNNoInputC(_CudnnRNN):
             input_size=input_size,
             scope=scope,
             device=device,
+            variant=variant,
         )
 
 
@@ -708,6 +739,8 @@ def layer_of(spec: RNNSpec, **kwargs: Any) -> _CudnnRNN:
     ``kwargs`` go to the constructor (``dtype``, ``device``, ``seed``, ``kernel_initializer``...).
     """
     extra: dict[str, Any] = {"num_proj": spec.num_proj} if spec.num_proj is not None else {}
+    if not spec.variant.is_cudnn:
+        extra["variant"] = spec.variant
     return LAYER_CLASSES[spec.mode](
         spec.num_layers,
         spec.num_units,

@@ -43,7 +43,8 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.layout import Layout, layout_of
-from cudnn_rnn.core.spec import RNNSpec, SpecProperties
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_variant_mode
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.operator import EagerPlan, planned_call, rnn
 from cudnn_rnn.validation import NUMPY_TO_TORCH, check_dtype, check_lengths
 
@@ -70,6 +71,8 @@ class _CudnnRNN(SpecProperties):
         dropout: float = 0.0,
         seed: int | None = 0,
         num_proj: int | None = None,
+        *,
+        variant: Variant | None = None,
     ) -> None:
         """Configure the op; the four op classes share this constructor (``num_proj`` is
         ``CudnnLSTM``'s; the others take only None). The op holds no parameters: each call
@@ -98,6 +101,8 @@ class _CudnnRNN(SpecProperties):
             num_proj: (``CudnnLSTM`` only) ``P``, the size of the recurrent projection ``h =
                 W_proj (o * tanh(c))``, an int in ``[1, num_units]``. Default None: no
                 projection.
+            variant: (keyword) what the op computes beyond its mode's cuDNN math
+                (:class:`~cudnn_rnn.core.variant.Variant`). Default None: cuDNN's own.
 
         Raises:
             TypeError: an argument of the wrong type: a size that is not an int (``True`` and
@@ -118,8 +123,10 @@ class _CudnnRNN(SpecProperties):
             direction,
             num_proj,
             dropout,
+            CUDNN if variant is None else variant,
             owner=owner,
         )
+        check_variant_mode(owner, self._rnn_mode, self._spec)
         self._layout: Layout = layout_of(self._spec)
         self._dtype = check_dtype(owner, dtype)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -461,11 +468,14 @@ class _CudnnRNNNoInputC(_CudnnRNN):
         dropout: float = 0.0,
         seed: int | None = 0,
         num_proj: None = None,
+        *,
+        variant: Variant | None = None,
     ) -> None:
         # num_proj is accepted only to reject it with a clear message (projection is LSTM-only).
         super().__init__(
-            num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed, num_proj
-        )
+            num_layers, num_units, input_size, input_mode, direction, dtype, dropout, seed,
+            num_proj, variant=variant,
+        )  # fmt: skip
 
     def __call__(
         self,

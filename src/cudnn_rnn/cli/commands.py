@@ -98,6 +98,13 @@ def _record(found: FoundRNN) -> dict[str, Any]:
     return record
 
 
+#: What ``info`` says computes the variants (cudnn_rnn.core.variant), on every device.
+VARIANT_ENGINE = (
+    "variant (torch operators on every device, the backward by autograd; cuDNN and the native "
+    "engine compute the four modes only)"
+)
+
+
 def _info(args: argparse.Namespace) -> None:
     """``info``: what runs a call here, and the versions."""
     import importlib.metadata
@@ -115,6 +122,7 @@ def _info(args: argparse.Namespace) -> None:
             versions[package] = None
     document = {
         "cpu_engine": cpu_engine(),
+        "variant_engine": VARIANT_ENGINE,
         "native_library": native.library_path(),
         "threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if cuda else None,
@@ -132,6 +140,7 @@ def _info(args: argparse.Namespace) -> None:
     say(f"cudnn-rnn {__version__} on Python {document['python']}, {document['platform']}")
     say(f"CPU engine: {document['cpu_engine']}")
     say(f"  library: {document['native_library'] or 'not built'}")
+    say(f"variants: {VARIANT_ENGINE}")
     if cuda:
         devices = ", ".join(document["cuda_devices"])  # type: ignore[arg-type]
         say(f"CUDA {document['cuda']}, cuDNN {document['cudnn']}: {devices} (engine: cudnn)")

@@ -138,6 +138,11 @@ def to_torch(layer: _CudnnRNN) -> nn.RNNBase:
     ``num_proj == num_units`` (torch needs ``proj_size < hidden_size``).
     """
     spec, weights, biases = layer_canonical(layer, "to_torch")
+    if not spec.variant.is_cudnn:
+        raise ValueError(
+            f"to_torch: {type(layer).__name__} computes a variant ({spec.variant.describe()}); "
+            "torch.nn's RNNs compute cuDNN's four modes only, so no torch.nn module holds it."
+        )
     if spec.num_proj is not None and spec.num_proj >= spec.num_units:
         raise ValueError(
             f"to_torch: {type(layer).__name__} has num_proj={spec.num_proj} == num_units="

@@ -238,6 +238,14 @@ class RNNSpec:
         """First dimension of the state tensors: num_layers * num_dirs."""
         return self.num_layers * self.num_dirs
 
+    @property
+    def mask_width(self) -> int:
+        """Width of what a layer above the first reads from the one below, where dropout
+        masks it: the merged output, or both directions' side by side with separate stacks."""
+        if self.variant.stacks == "separate":
+            return self.num_dirs * self.output_units
+        return self.output_width
+
     def layer_input_size(self, layer: int) -> int:
         """Input width of ``layer``: input_size for layer 0; after it the merged output of the
         layer below (:attr:`output_width`), or one direction's (``output_units``) when each
@@ -309,6 +317,17 @@ def _checked_variant(
             "projection (num_proj=None)."
         )
     return mode, variant
+
+
+def check_variant_mode(owner: str, mode: str, spec: RNNSpec) -> None:
+    """ValueError where ``spec`` (made for ``mode``) became another mode: a plain RNN whose
+    variant's activation is the other plain mode's (a class of one mode cannot hold it)."""
+    if spec.mode != mode:
+        raise ValueError(
+            f"{owner}: cell_activation {spec.mode.removeprefix('rnn_')!r} is rnn_mode "
+            f"{spec.mode!r}, not {mode!r}: make that mode's layer (or leave cell_activation at "
+            "its default)."
+        )
 
 
 class SpecProperties:

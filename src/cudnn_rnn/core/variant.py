@@ -43,6 +43,7 @@ stacks             bi          "layers": every layer bidirectional, the next rea
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Callable, Mapping
@@ -58,6 +59,8 @@ __all__ = [
     "Activation",
     "Variant",
     "activation_of",
+    "mode_string",
+    "parse_mode_string",
 ]
 
 #: Activation name -> (its parameters' names, their defaults (ONNX's where it has one), formula).
@@ -253,3 +256,25 @@ def _finite(name: str, value: object) -> float:
 
 #: cuDNN's own math: the variant of the four modes.
 CUDNN: Final = Variant()
+
+
+def mode_string(mode: str, variant: Variant) -> str:
+    """One string for a mode and its variant: the mode itself for :data:`CUDNN`, else
+    ``mode`` then ``:`` and the variant's changed fields as compact JSON with sorted keys. The
+    operator's schema carries the model's math in its ``rnn_mode`` argument this way, so the
+    four modes' calls (and the graphs that hold them) are what they were.
+
+    >>> mode_string("gru", Variant(reset_after=False))
+    'gru:{"reset_after":false}'
+    >>> parse_mode_string('gru:{"reset_after":false}') == ("gru", Variant(reset_after=False))
+    True
+    """
+    if variant.is_cudnn:
+        return mode
+    return mode + ":" + json.dumps(variant.as_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def parse_mode_string(text: str) -> tuple[str, Variant]:
+    """The ``(mode, variant)`` of a :func:`mode_string`."""
+    mode, sep, rest = text.partition(":")
+    return mode, (Variant.from_dict(json.loads(rest)) if sep else CUDNN)

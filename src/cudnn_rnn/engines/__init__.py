@@ -6,6 +6,9 @@ being traced, the dropout in force), so the operator's fake implementation knows
 keeps for its backward pass. The first row that fits runs the call:
 
 ==============================  ==========================================================
+a variant (any device, dtype,   ``variant``: the variants beyond cuDNN's four modes
+with or without gradient)       (:mod:`cudnn_rnn.core.variant`) in torch operators, the
+                                backward by autograd on the forward run again (:mod:`.variant`)
 CPU, float32, no projection,    ``native``: our C engine (the forward's input projection,
 the native engine loaded        both time loops and the backward's products), with or
                                 without gradient, traced or not (:mod:`.native`)
@@ -53,12 +56,13 @@ import torch
 
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.engines import cudnn, loop, native, onednn, torch_kernels
+from cudnn_rnn.engines import cudnn, loop, native, onednn, torch_kernels, variant
 from cudnn_rnn.engines.base import Call, Engine
 
 #: The rule table, in the order of the module docstring: the first engine that supports a call
 #: runs it (the last supports every call).
 RULES: tuple[Engine, ...] = (
+    variant.ENGINE,
     native.ENGINE,
     cudnn.ENGINE,
     torch_kernels.ENGINE,
@@ -71,6 +75,7 @@ CUDNN = cudnn.NAME
 TORCH = torch_kernels.ENGINE.name
 ONEDNN = onednn.NAME
 LOOP = loop.NAME
+VARIANT = variant.NAME
 ENGINES = tuple(e.name for e in RULES)
 
 

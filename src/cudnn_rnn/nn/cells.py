@@ -81,6 +81,12 @@ class _Cell(tnn.Module):
         device, dtype = placed(reference, kwargs)
         self._names = _NAMES if self.bias else _NAMES[:2]
         self._layout = self._layout_of(self._mode or CUDNN_RNN_TANH)
+        # Each mode's spec, made once (a call only looks it up: torch.compile traces no
+        # construction, and a step pays for no validation).
+        self._specs = {
+            m: RNNSpec(m, 1, self.hidden_size, self.input_size)
+            for m in ((self._mode,) if self._mode else (CUDNN_RNN_TANH, CUDNN_RNN_RELU))
+        }
         self._blocks = _flat.blocks(self._layout, self.bias)
         self._flat = torch.zeros(self._layout.size, dtype=dtype, device=device)
         shapes = [tuple(getattr(reference, n).shape) for n in self._names]
@@ -193,7 +199,7 @@ class _Cell(tnn.Module):
         _checks.check_tensors(type(self).__name__, "cell", x, list(zip(names, states)), weight)
         params = self._buffer()
         x, states = x.to(params.dtype), tuple(s.to(params.dtype) for s in states)
-        spec = RNNSpec(mode, 1, self.hidden_size, self.input_size)
+        spec = self._specs[mode]
         c0 = states[1].unsqueeze(0) if len(states) > 1 else None
         _, h_n, c_n = rnn(
             spec, params, x.unsqueeze(0), states[0].unsqueeze(0), c0, None,

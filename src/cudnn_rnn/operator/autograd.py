@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from cudnn_rnn.engines import loop
+from cudnn_rnn.engines import loop, variant
 from cudnn_rnn.operator.implementation import (
     STATIC_ARGS,
     ForwardArgs,
@@ -196,9 +196,11 @@ def _differentiable_grads(
     drawn = masks.detach() if masks.dim() == 4 else None
     cpu_lengths = _cpu_lengths(lengths)
     with torch.enable_grad(), _no_autocast(x.device):
-        y, hy, cy, _ = loop.forward(
-            layout, *_inputs(params, x, h0, c0, cpu_lengths, drawn), keep=False
-        )
+        inputs = _inputs(params, x, h0, c0, cpu_lengths, drawn)
+        if layout.spec.variant.is_cudnn:
+            y, hy, cy, _ = loop.forward(layout, *inputs, keep=False)
+        else:
+            y, hy, cy = variant.forward(layout, *inputs)
     # The outputs that depend on what is differentiated, with their gradients (no c_n: none).
     pairs = [(o, g) for o, g in zip((y, hy, cy), grads) if o is not None and o.requires_grad]
     got: tuple[Tensor | None, ...] = (None,) * len(wrt)

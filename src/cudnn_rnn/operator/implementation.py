@@ -37,12 +37,14 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import mode_string, parse_mode_string
 from cudnn_rnn.engines.base import Call, Engine, Grads, Inputs, Kept, Outputs, Saved
 
 #: The odd constant that spaces the per-call dropout seeds (2**64 / golden ratio).
 GOLDEN = 0x9E3779B97F4A7C15
 
-#: ``(mode, num_layers, num_units, input_size, num_proj or 0, skip_input, bidirectional)``.
+#: ``(mode, num_layers, num_units, input_size, num_proj or 0, skip_input, bidirectional)``;
+#: ``mode`` with its variant where it has one (:func:`cudnn_rnn.core.variant.mode_string`).
 Static = tuple[str, int, int, int, int, bool, bool]
 
 #: The ``<spec>`` arguments (a :data:`Static`), in both schemas right after the tensors.
@@ -51,7 +53,7 @@ STATIC_ARGS = 7
 
 def static_of(spec: RNNSpec) -> Static:
     return (
-        spec.mode,
+        mode_string(spec.mode, spec.variant),
         spec.num_layers,
         spec.num_units,
         spec.input_size,
@@ -63,7 +65,8 @@ def static_of(spec: RNNSpec) -> Static:
 
 @functools.lru_cache(maxsize=256)
 def _layout(static: Static) -> Layout:
-    mode, layers, units, size, proj, skip, bidi = static
+    text, layers, units, size, proj, skip, bidi = static
+    mode, variant = parse_mode_string(text)
     return layout_of(
         RNNSpec(
             mode,
@@ -73,6 +76,7 @@ def _layout(static: Static) -> Layout:
             CUDNN_INPUT_SKIP_MODE if skip else CUDNN_INPUT_LINEAR_MODE,
             CUDNN_RNN_BIDIRECTION if bidi else CUDNN_RNN_UNIDIRECTION,
             proj or None,
+            variant=variant,
         )
     )
 
@@ -137,7 +141,7 @@ def _masks(spec: RNNSpec, steps: int, batch: int, p: float, seed: int, like: Ten
     gen = torch.Generator(device=like.device)
     gen.manual_seed(seed)
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
-    shape = (steps, batch, spec.num_dirs * spec.output_units)
+    shape = (steps, batch, spec.mask_width)
     masks = []
     for _ in range(spec.num_layers - 1):
         keep = torch.empty(shape, dtype=torch.float32, device=like.device)
@@ -236,7 +240,7 @@ def _forward_impl(
     masks_out = masks if masks is not None else _empty(x)
     if out is None:  # as torch.nn: empty outputs and states; what the fake says, with no batch
         spec = call.spec
-        y = x.new_empty(int(x.shape[0]), 0, spec.num_dirs * spec.output_units)
+        y = x.new_empty(int(x.shape[0]), 0, spec.output_width)
         cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
         reserve = [r.make(x, 0) for r in kept.reserve]
         workspace = x.new_empty(kept.workspace if kept.workspace is not None else 0)

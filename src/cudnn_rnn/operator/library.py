@@ -81,7 +81,7 @@ def _rnn_fake(*schema_args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor
     call = _call(args.static, x, args.need_grad, args.lengths, args.traced, args.dropout)
     spec = call.spec
     kept = engines.engine_for(call).kept(call)
-    y = x.new_empty(call.steps, call.batch, spec.num_dirs * spec.output_units)
+    y = x.new_empty(call.steps, call.batch, spec.output_width)
     cy = c0.new_empty(c0.shape) if c0 is not None else _empty(x)
     # Lengths only the kernel knows (oneDNN's workspaces, cuDNN's reserve) are data-dependent.
     reserve = [
@@ -98,7 +98,7 @@ def _masks_like(call: Call, kept: Kept, x: Tensor) -> Tensor:
     if not (kept.masks and call.dropout > 0):
         return _empty(x)
     spec = call.spec
-    width = spec.num_dirs * spec.output_units
+    width = spec.mask_width
     return x.new_empty(spec.num_layers - 1, call.steps, call.batch, width)
 
 
