@@ -166,7 +166,7 @@ def test_a_file_without_rnn_says_what_its_tensors_are_named_under(
     path = make(tmp_path / name)
     assert model_files.reader_of(str(path)) == fmt
     out = _inspect(path, capsys)
-    assert "found 0 RNN(s), 0 computable by cuDNN's math (--model NAME):\n" in out
+    assert "found 0 RNN(s), 0 computable (--model NAME):\n" in out
     assert f"\n  {says}\n" in out, out
     doc = json.loads(_inspect(path, capsys, "--json"))
     assert doc["rnns"] == [] and doc["looked_at"]["count"] == len(doc["tensors"])

@@ -18,8 +18,16 @@ import pytest
 import torch
 from torch import nn
 
-from cudnn_rnn.converters.onnx import OnnxFormatError, find_rnns, from_onnx, tensor_shapes, to_onnx
+from cudnn_rnn.converters.onnx import (
+    OnnxFormatError,
+    find_rnns,
+    from_onnx,
+    read,
+    tensor_shapes,
+    to_onnx,
+)
 from cudnn_rnn.converters.torch_nn import from_torch
+from cudnn_rnn.core.variant import Activation, Variant
 from cudnn_rnn.io.found import FoundRNN
 from tests.converters.test_torch_nn import random_layer
 
@@ -793,7 +801,7 @@ def test_batch_major_layout() -> None:
     close(layer(x, time_major=False)[0], y.reshape(batch, steps, dirs * hidden))
 
 
-# -- what cuDNN's math does not compute: every reason ---------------------------------------------
+# -- what cuDNN's math does not compute: every reason, and the variants now read (issue 47) -------
 
 #: name -> (op, inputs after X (W, R, B, sequence_lens, initial_h, initial_c, P), attributes)
 SIDE_BY_SIDE: dict[str, tuple[str, list[str], dict[str, Any]]] = {
@@ -807,6 +815,11 @@ SIDE_BY_SIDE: dict[str, tuple[str, list[str], dict[str, Any]]] = {
     "reverse": ("RNN", ["rw", "rr", "rb"], {"direction": "reverse"}),
     "sigmoid": ("RNN", ["rw", "rr", "rb"], {"activations": ["Sigmoid"]}),
     "peepholes": ("LSTM", ["lw", "lr", "lb", "", "", "", "P"], {}),
+    "foreign": (
+        "LSTM",
+        ["lw", "lr", "lb"],
+        {"clip": -3.0, "activations": ["HardSigmoid", "Swish", "Tanh"]},
+    ),
     "runtime_w": ("LSTM", ["W_in", "lr", "lb"], {}),
     "learned_h": ("LSTM", ["lw", "lr", "lb", "", "h_half"], {}),
     "fixed_lens": ("LSTM", ["lw", "lr", "lb", "lens_const"], {}),
@@ -817,25 +830,18 @@ SIDE_BY_SIDE: dict[str, tuple[str, list[str], dict[str, Any]]] = {
 
 EXPECTED_REASONS = {
     "ok": (),
-    "hard": (
-        "has clip=3.0 (cell clipping), which cuDNN does not do",
-        "has input_forget=1 (coupled input and forget gates)",
-        "has activations=['HardSigmoid', 'Tanh', 'Tanh']; the ones cuDNN computes are "
-        "['Sigmoid', 'Tanh', 'Tanh'] (one list per direction)",
+    # Refused as other math before issue 47; variants now (EXPECTED_VARIANTS).
+    "hard": (),
+    "gru0": (),
+    "reverse": (),
+    "sigmoid": (),
+    "peepholes": (),
+    "foreign": (
+        "has activations=['HardSigmoid', 'Swish', 'Tanh']; 'Swish' is not one of ONNX's RNN "
+        "activations (Sigmoid, Tanh, Relu, HardSigmoid, Affine, LeakyRelu, ThresholdedRelu, "
+        "ScaledTanh, Elu, Softsign, Softplus)",
+        "has clip=-3.0; a clip is a finite float > 0",
     ),
-    "gru0": (
-        "has linear_before_reset=0: it computes different math (the reset gate is applied "
-        "before the recurrent matmul; cuDNN applies it after, which is linear_before_reset=1)",
-    ),
-    "reverse": (
-        "has direction='reverse'; our layers run 'forward' (unidirectional) or 'bidirectional', "
-        "not a reverse-only layer",
-    ),
-    "sigmoid": (
-        "has activations=['Sigmoid']; the ones cuDNN computes are ['Tanh'] or ['Relu'] (one "
-        "list per direction)",
-    ),
-    "peepholes": ("has non-zero peepholes P",),
     "runtime_w": (
         "its W input 'W_in' is computed from the graph's run-time inputs, not from constants; "
         "only constant weights can be read",
@@ -853,6 +859,19 @@ EXPECTED_REASONS = {
 }
 
 
+#: The nodes once refused as other math: their mode and variant, in words (Variant.describe).
+EXPECTED_VARIANTS = {
+    "hard": (
+        "lstm",
+        "gates hard_sigmoid(0.2, 0.5), gates clipped to 3, forget gate 1 - input gate",
+    ),
+    "gru0": ("gru", "reset before the product"),
+    "reverse": ("rnn_tanh", "reverse time"),
+    "sigmoid": ("rnn_tanh", "candidate sigmoid"),
+    "peepholes": ("lstm", "peepholes"),
+}
+
+
 def reasons_model() -> Any:
     """RNN nodes side by side on X, each with what cuDNN does not compute (or a near miss)."""
     tensors = []
@@ -861,7 +880,7 @@ def reasons_model() -> Any:
             t.name = prefix + t.name.lower()
             tensors.append(t)
     arrays = {
-        "P": np.full((1, 12), 0.5, np.float32),
+        "P": np.full((1, 6), 0.5, np.float32),
         "h_half": np.full((1, 2, 2), 0.5, np.float32),
         "h_zero": np.zeros((1, 2, 2), np.float32),
         "lens_const": np.array([5, 3], np.int32),
@@ -888,8 +907,11 @@ def test_every_reason_is_listed() -> None:
     for name, reasons in EXPECTED_REASONS.items():
         assert found[name].reasons == reasons, name
         assert found[name].computable == (not reasons)
-    assert (found["sigmoid"].mode, found["hard"].mode, found["gru0"].mode) == (None, "lstm", "gru")
-    assert found["reverse"].direction is None and found["reverse"].mode == "rnn_tanh"
+    for name, (mode, words) in EXPECTED_VARIANTS.items():
+        assert found[name].mode == mode and found[name].direction == "unidirectional", name
+        assert found[name].notes == (f"it computes {mode} with a variant: {words}",), name
+        assert "; note: it computes" in found[name].describe()
+    assert found["foreign"].mode == "lstm" and not found["foreign"].notes
     (bomb,) = found["huge_w"].reasons
     assert bomb.startswith("its W input 'W_huge' cannot be evaluated: ConstantOfShape node 'bomb'")
     assert "would make 2147483648 elements" in bomb and "refused before allocating" in bomb
@@ -902,16 +924,30 @@ def test_every_reason_is_listed() -> None:
 def test_a_node_cudnn_does_not_compute_is_refused_with_every_reason() -> None:
     with pytest.raises(
         OnnxFormatError,
-        match=r"from_onnx: 'hard' \(LSTM node 'hard' of the main graph\) is not computed by "
-        r"cuDNN's math, so our layers cannot hold it: LSTM node 'hard' has clip=3.0 \(cell "
-        r"clipping\), which cuDNN does not do; LSTM node 'hard' has input_forget=1 .*; LSTM "
-        r"node 'hard' has activations=\['HardSigmoid', 'Tanh', 'Tanh'\]",
+        match=r"from_onnx: 'foreign' \(LSTM node 'foreign' of the main graph\) is not computed "
+        r"by cuDNN's math or a variant of it \(cudnn_rnn.core.variant\), so our layers cannot "
+        r"hold it: LSTM node 'foreign' has activations=\['HardSigmoid', 'Swish', 'Tanh'\]; "
+        r"'Swish' is not one of ONNX's RNN activations \(.*\); LSTM node 'foreign' has "
+        r"clip=-3.0; a clip is a finite float > 0\.$",
     ):
-        from_onnx(reasons_model(), node="hard")
+        from_onnx(reasons_model(), node="foreign")
     with pytest.raises(OnnxFormatError, match=r"LSTM node 'huge_w': its W input 'W_huge' cannot"):
         from_onnx(reasons_model(), node="huge_w")
     layer = from_onnx(reasons_model(), node="fed")  # run-time states and lengths: computable
     assert layer.num_units == 2
+
+
+def test_a_node_of_a_variant_is_read_by_name() -> None:
+    """Once refused as other math, "hard" reads as an LSTM variant (issue 47)."""
+    data = read(reasons_model(), "hard")
+    assert (data.spec.mode, data.spec.variant) == (
+        "lstm",
+        Variant(gate_activation=Activation("hard_sigmoid"), gate_clip=3.0, input_forget=True),
+    )
+    # End to end: a layer of the variant (this needs the engines that compute variants,
+    # issue 47 item 2, in progress alongside this reader; with cuDNN's math only, the layer's
+    # variant would be lost).
+    assert from_onnx(reasons_model(), node="hard").spec == data.spec
 
 
 # -- names ---------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def _inspect(args: argparse.Namespace) -> None:
     for name, (shape, dtype) in sorted(shapes.items()):
         say(f"  {names[name]:<{width}}  {list(shape)!s:<14} {dtype}")
     computable = sum(r.computable for r in rnns)
-    say(f"found {len(rnns)} RNN(s), {computable} computable by cuDNN's math (--model NAME):")
+    say(f"found {len(rnns)} RNN(s), {computable} computable (--model NAME):")
     if looked is not None:
         say(f"  {looked.line()}")
         for line in _nothing_found(args.path, shapes):

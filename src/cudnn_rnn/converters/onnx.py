@@ -185,10 +185,13 @@ def from_onnx(
     ``node``) gives an LSTM holding its weights dequantized (see the module docstring).
 
     Raises OnnxFormatError (a ValueError) for a file or model it cannot read: not ONNX, not a
-    regular file, hostile sizes, no RNN node, a ``node`` the model does not hold, or one cuDNN's
-    math does not compute: ``clip``, non-default activations, GRU ``linear_before_reset=0``,
-    LSTM ``input_forget`` or non-zero peepholes ``P``, ``direction="reverse"``, weights that are
-    not constants, a non-zero constant initial state or constant sequence lengths. Without
+    regular file, hostile sizes, no RNN node, a ``node`` the model does not hold, or one that
+    neither cuDNN's math nor a variant of it computes (:mod:`cudnn_rnn.core.variant` holds
+    ``clip``, every ONNX activation with its parameters, GRU ``linear_before_reset=0``, LSTM
+    ``input_forget`` and peepholes ``P``, ``direction="reverse"``): an unknown activation,
+    Affine/ScaledTanh/ThresholdedRelu without their parameters, different activations per
+    direction, weights that are not constants, a non-zero constant initial state or constant
+    sequence lengths. Without
     ``node`` also: nodes of other domains or other computing ops, nodes that are not one stack
     of the same kind, outputs not computed by them. TypeError for a ``node`` that is not a
     str, FileNotFoundError for a missing file.

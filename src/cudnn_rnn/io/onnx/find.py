@@ -3,9 +3,11 @@
 :func:`list_rnns` walks every graph of a model (the main graph, ``If``/``Loop``/``Scan``
 subgraphs, model-local functions at each call; at most :data:`MAX_NESTING` deep, each step
 charged to the operation's work budget), examines each RNN node (:func:`examine`: its mode,
-sizes, weights and every reason cuDNN's math does not compute it), groups nodes that form one
-stack of layers, and names each RNN by its path: the :class:`~cudnn_rnn.io.found.FoundRNN`
-records ``find_rnns`` returns and the targets a name picks.
+direction and the variant of cuDNN's math its attributes describe
+(:mod:`~cudnn_rnn.io.onnx.variants`; a note of its record says it), sizes, weights and every
+reason it cannot be read), groups nodes that form one stack of layers, and names each RNN by
+its path: the :class:`~cudnn_rnn.io.found.FoundRNN` records ``find_rnns`` returns and the
+targets a name picks.
 
 RNN nodes are the standard LSTM, GRU and RNN operators; the quantized operators of
 :data:`QUANTIZED` (onnxruntime's ``com.microsoft`` ``DynamicQuantizeLSTM``, what its
@@ -32,6 +34,7 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.modes import MODES
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.io.files.escaping import clip, escape
 from cudnn_rnn.io.files.sniffing import ONNX
 from cudnn_rnn.io.found import FoundRNN
@@ -47,6 +50,7 @@ from cudnn_rnn.io.onnx.eval import (
 )
 from cudnn_rnn.io.onnx.file import GRAPH, GRAPHS, STANDARD_DOMAINS, Loaded, OnnxFormatError
 from cudnn_rnn.io.onnx.graph import ONNX_OPS
+from cudnn_rnn.io.onnx.variants import ATTRIBUTES, node_math
 
 __all__ = [
     "MAX_NESTING",
@@ -65,13 +69,6 @@ __all__ = [
     "stack_record",
 ]
 
-#: What ONNX assumes when a node has no ``activations`` attribute.
-_DEFAULT_ACTIVATIONS = {
-    "LSTM": ("Sigmoid", "Tanh", "Tanh"),
-    "GRU": ("Sigmoid", "Tanh"),
-    "RNN": ("Tanh",),
-}
-
 #: The RNN operators' types, and their gates per direction.
 RNN_OPS = frozenset(op.op_type for op in ONNX_OPS.values())
 _GATE_COUNT = {m.onnx_op: m.num_gates for m in MODES.values()}
@@ -83,17 +80,9 @@ _GATE_COUNT = {m.onnx_op: m.num_gates for m in MODES.values()}
 QUANTIZED = {("com.microsoft", "DynamicQuantizeLSTM"): "LSTM"}
 #: The type of an operator that is an RNN of some kind, whatever its domain.
 _RNN_LIKE = re.compile("LSTM|GRU|RNN", re.IGNORECASE)
-#: The attributes of an RNN node that :func:`examine` reads.
-_ATTRIBUTES = (
-    "activations",
-    "clip",
-    "direction",
-    "hidden_size",
-    "input_forget",
-    "layout",
-    "linear_before_reset",
-)
-#: A node's op type -> the cuDNN mode a record names when its activations are not cuDNN's.
+#: The attributes of an RNN node that :func:`examine` reads (those of its math: variants.py's).
+_ATTRIBUTES = ("hidden_size", "layout", *ATTRIBUTES)
+#: A node's op type -> the cuDNN mode a record names when its activations cannot be read.
 _KIND = {"LSTM": CUDNN_LSTM, "GRU": CUDNN_GRU}
 #: The RNN node inputs that carry states or lengths: (input index, name).
 STATE_INPUTS = ((4, "sequence_lens"), (5, "initial_h"), (6, "initial_c"))
@@ -121,6 +110,8 @@ class Node:
     w: np.ndarray
     r: np.ndarray
     b: np.ndarray | None
+    variant: Variant = CUDNN
+    p: np.ndarray | None = None  # LSTM peepholes [D, 3H] (ONNX's i, o, f), with variant's
 
 
 @dataclass
@@ -133,7 +124,7 @@ class Seen:
     """
 
     op_type: str
-    mode: str | None  # our mode, where the activations are cuDNN's
+    mode: str | None  # our mode, where the attributes say what it computes (variants.py)
     hidden: int | None
     dirs: int
     direction: str | None
@@ -146,6 +137,8 @@ class Seen:
     state_reasons: list[str]
     notes: list[str] = field(default_factory=list)  # what a user must know (dequantized)
     quantized: str | None = None  # the dtype of quantized weights (read dequantized)
+    variant: Variant | None = None  # what it computes beyond the mode's cuDNN math
+    p: np.ndarray | None = None  # LSTM peepholes [D, 3H] when not all zeros
 
     @property
     def all_reasons(self) -> list[str]:
@@ -160,7 +153,13 @@ class Seen:
         return None if self.w is None or self.w.ndim != 3 else int(self.w.shape[-1])
 
     def as_node(self, name: str) -> Node:
-        if self.mode is None or self.hidden is None or self.w is None or self.r is None:
+        if (
+            self.mode is None
+            or self.variant is None
+            or self.hidden is None
+            or self.w is None
+            or self.r is None
+        ):
             raise RuntimeError(f"{name!r}: read with reasons {self.all_reasons}.")  # a bug
         return Node(
             name,
@@ -172,6 +171,8 @@ class Seen:
             self.w,
             self.r,
             self.b,
+            self.variant,
+            self.p,
         )
 
 
@@ -187,42 +188,15 @@ def rnn_kind(node: Any) -> str | None:
 
 
 def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
-    """Every fact about an RNN node (:func:`rnn_kind`) and every reason cuDNN's math does not
-    compute it; with ``states``, constant initial states and lengths are reasons too."""
+    """Every fact about an RNN node (:func:`rnn_kind`): its mode, direction and variant
+    (:func:`~cudnn_rnn.io.onnx.variants.node_math`), its weights, and every reason it cannot be
+    read; with ``states``, constant initial states and lengths are reasons too."""
     kind = rnn_kind(node)
     if kind == "other":
         return _other(node, scope)
     attrs = scope.attributes(node, _ATTRIBUTES)
     op = QUANTIZED[(node.domain, node.op_type)] if kind == "quantized" else node.op_type
-    reasons: list[str] = []
-    direction = attrs.get("direction", "forward")
-    if direction not in ("forward", "bidirectional"):
-        reasons.append(
-            f"has direction={direction!r}; our layers run 'forward' (unidirectional) or "
-            "'bidirectional', not a reverse-only layer"
-        )
-    dirs = 2 if direction == "bidirectional" else 1
-    if "clip" in attrs:
-        reasons.append(f"has clip={attrs['clip']} (cell clipping), which cuDNN does not do")
-    if attrs.get("input_forget", 0):
-        reasons.append(f"has input_forget={attrs['input_forget']} (coupled input and forget gates)")
-    if op == "GRU" and attrs.get("linear_before_reset", 0) == 0:
-        reasons.append(
-            "has linear_before_reset=0: it computes different math (the reset gate is applied "
-            "before the recurrent matmul; cuDNN applies it after, which is linear_before_reset=1)"
-        )
-    mode = _mode_of(op, attrs.get("activations"), dirs)
-    if mode is None:
-        expected = " or ".join(
-            str(list(o.activations)) for o in ONNX_OPS.values() if o.op_type == op
-        )
-        reasons.append(
-            f"has activations={attrs['activations']}; the ones cuDNN computes are {expected} "
-            "(one list per direction)"
-        )
-    layout = attrs.get("layout", 0)
-    if layout not in (0, 1):
-        reasons.append(f"has layout={layout!r}; ONNX defines 0 (time-major) and 1 (batch-major)")
+    reasons: list[str] = []  # the weights'; the attributes' go first (below)
 
     def weight(index: int, what: str, dtypes: tuple[str, ...] = _FLOAT_DTYPES) -> Any:
         name = node.input[index] if len(node.input) > index else ""
@@ -262,10 +236,19 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
             reasons.append(f"its {what} has shape {value.shape}; expected {ndim} dimensions")
             arrays[what] = None
     w, r, b = arrays["W"], arrays["R"], arrays["B"]
-    if op == "LSTM":
-        p = weight(7, "P (peepholes)")
-        if p is not None and np.any(p != 0):
-            reasons.append("has non-zero peepholes P")
+    p = weight(7, "P (peepholes)") if op == "LSTM" else None
+    if p is not None and p.ndim != 2:
+        reasons.append(f"its P has shape {p.shape}; expected 2 dimensions")
+        p = None
+    if p is not None and not np.any(p != 0):
+        p = None  # zero peepholes: the math without them
+    math = node_math(op, attrs, peepholes=p is not None)
+    layout = attrs.get("layout", 0)
+    if layout not in (0, 1):
+        reasons.insert(0, f"has layout={layout!r}; ONNX defines 0 (time-major) and 1 (batch-major)")
+    reasons[:0] = math.reasons
+    if math.variant is not None and not math.variant.is_cudnn:
+        notes.insert(0, f"it computes {math.mode} with a variant: {math.variant.describe()}")
     hidden: int | None = None
     if "hidden_size" in attrs and isinstance(attrs["hidden_size"], int):
         hidden = int(attrs["hidden_size"])
@@ -273,19 +256,21 @@ def examine(onnx: Any, node: Any, scope: Scope, *, states: bool) -> Seen:
         hidden = int(r.shape[-1])
     return Seen(
         node.op_type,
-        mode,
+        math.mode,
         hidden,
-        dirs,
-        _DIRECTIONS.get(direction) if isinstance(direction, str) else None,
+        math.dirs,
+        math.direction,
         layout if layout in (0, 1) else 0,
         w,
         r,
         b,
         reasons,
-        _shape_reasons(op, dirs, hidden, w, r, b),
+        _shape_reasons(op, math.dirs, hidden, w, r, b, p),
         _state_reasons(node, scope) if states else [],
         notes,
         quantized,
+        math.variant,
+        p,
     )
 
 
@@ -393,18 +378,29 @@ def _shape_reasons(
     w: np.ndarray | None,
     r: np.ndarray | None,
     b: np.ndarray | None,
+    p: np.ndarray | None = None,
 ) -> list[str]:
     """Weights that do not fit each other and the node's attributes."""
     if w is None or r is None or hidden is None:
         return []
     g, h = _GATE_COUNT[op], hidden
-    expect = {"W": (dirs, g * h, w.shape[-1]), "R": (dirs, g * h, h), "B": (dirs, 2 * g * h)}
-    got = {"W": w.shape, "R": r.shape, "B": expect["B"] if b is None else b.shape}
+    expect = {
+        "W": (dirs, g * h, w.shape[-1]),
+        "R": (dirs, g * h, h),
+        "B": (dirs, 2 * g * h),
+        "P": (dirs, 3 * h),
+    }
+    got = {
+        "W": w.shape,
+        "R": r.shape,
+        "B": expect["B"] if b is None else b.shape,
+        "P": expect["P"] if p is None else p.shape,
+    }
     bad = [f"{k} {got[k]} (expected {v})" for k, v in expect.items() if got[k] != v]
     reasons = ["has misshapen weights: " + "; ".join(bad)] if bad else []
     if h < 1 or w.shape[-1] < 1:
         reasons.append(f"has hidden_size {h} and input size {w.shape[-1]}; both must be >= 1")
-    dtypes = sorted({a.dtype.name for a in (w, r, b) if a is not None})
+    dtypes = sorted({a.dtype.name for a in (w, r, b, p) if a is not None})
     if len(dtypes) > 1:
         reasons.append(f"has weights of mixed dtypes {dtypes}")
     return reasons
@@ -485,6 +481,11 @@ class Target:
                 "layout": first.layout,
                 "dtype": first.dtype,
                 **({"quantized": first.quantized} if first.quantized else {}),
+                **(
+                    {"variant": first.variant.as_dict()}
+                    if first.variant is not None and not first.variant.is_cudnn
+                    else {}
+                ),
             },
             notes=notes,
         )
@@ -694,7 +695,7 @@ def _stacks(onnx: Any, ev: Evaluator, sites: list[Site], seen: list[Seen]) -> li
         if k is None or list(sites[k].node.output[:1]) != [name]:
             continue
         before = seen[k]
-        alike = ("op_type", "mode", "hidden", "dirs", "layout", "dtype")
+        alike = ("op_type", "mode", "variant", "hidden", "dirs", "layout", "dtype")
         if before.all_reasons or any(getattr(before, a) != getattr(now, a) for a in alike):
             continue
         if now.w.shape[-1] != now.dirs * now.hidden or any(s is not scope for s, _ in chain):
@@ -771,13 +772,3 @@ def _lays_out(
     except Exception:  # ops that do not take these sizes: not our stack's layout
         return False
     return bool(np.shape(got) == want.shape and np.array_equal(got, want))
-
-
-def _mode_of(op_type: str, activations: list[str] | None, dirs: int) -> str | None:
-    """Our mode for an RNN node's activations (None: they compute something else)."""
-    given = [str(a).lower() for a in activations or _DEFAULT_ACTIVATIONS[op_type]]
-    for mode, op in ONNX_OPS.items():
-        expected = [a.lower() for a in op.activations]
-        if op.op_type == op_type and given in (expected, expected * dirs):
-            return mode
-    return None

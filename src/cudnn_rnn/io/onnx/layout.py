@@ -6,6 +6,7 @@ share; the layout itself is the layout table's (:mod:`cudnn_rnn.core.layout`)::
     W_l  [D, G*H, in]    input matrices, ONNX's gate order (LSTM i o f c, GRU z r h)
     R_l  [D, G*H, H]     recurrent matrices
     B_l  [D, 2*G*H]      input biases (Wb), then recurrent biases (Rb): cuDNN's two biases
+    P_l  [D, 3*H]        LSTM peepholes (a variant), ONNX's order i o f (PEEPHOLE_ORDER)
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from cudnn_rnn.core.layout import Block, layout_of
 from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
 
-__all__ = ["GATE_ORDER", "ONNX_OPS", "OnnxOp", "block_view", "node_attributes", "onnx_weights"]
+__all__ = [
+    "GATE_ORDER",
+    "ONNX_OPS",
+    "PEEPHOLE_ORDER",
+    "OnnxOp",
+    "block_view",
+    "node_attributes",
+    "onnx_weights",
+]
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,9 @@ ONNX_OPS: dict[str, OnnxOp] = {
 _DIRECTIONS = {1: "forward", 2: "bidirectional"}
 #: The key of ``GATE_ORDERS`` that gives ONNX's gate order.
 GATE_ORDER = "onnx"
+#: The gates of ONNX's ``P`` (the LSTM's peepholes), in its order (the layout's is
+#: :data:`cudnn_rnn.core.layout.PEEPHOLE_GATES`).
+PEEPHOLE_ORDER = ("i", "o", "f")
 
 
 def node_attributes(spec: RNNSpec) -> dict[str, Any]:

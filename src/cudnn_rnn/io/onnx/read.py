@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,17 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_BIDIRECTION,
     CUDNN_RNN_UNIDIRECTION,
 )
-from cudnn_rnn.core.gates import CUDNN_GATES
-from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS, Param, layout_of
+from cudnn_rnn.core.gates import CUDNN_GATES, permute_gates
+from cudnn_rnn.core.layout import (
+    INPUT,
+    INPUT_BIAS,
+    PEEPHOLE,
+    PEEPHOLE_GATES,
+    RECURRENT,
+    RECURRENT_BIAS,
+    Param,
+    layout_of,
+)
 from cudnn_rnn.core.spec import RNNSpec, check_input_mode
 from cudnn_rnn.io.files.escaping import clip, quote
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
@@ -40,6 +49,7 @@ from cudnn_rnn.io.onnx.find import (
     stack_record,
 )
 from cudnn_rnn.io.onnx.graph import GATE_ORDER, META_INPUT_MODE, import_onnx
+from cudnn_rnn.io.onnx.layout import PEEPHOLE_ORDER
 
 __all__ = ["find_rnns", "read", "read_rnn"]
 
@@ -66,13 +76,18 @@ def find_rnns(source: str | os.PathLike[str] | Any) -> list[FoundRNN]:
     stack's name is its nodes' paths joined by ``+``; each node of it is loadable alone by its
     path (``details["nodes"]``). ``where`` says the same in words.
 
-    ``computable`` is whether cuDNN's math computes the RNN from its ``X``, initial states and
+    ``computable`` is whether cuDNN's math, or a variant of it
+    (:class:`~cudnn_rnn.core.variant.Variant`: the reset gate before the product, other
+    activations, ``clip``, ``input_forget``, peepholes, ``direction="reverse"``; see
+    :mod:`~cudnn_rnn.io.onnx.variants`), computes the RNN from its ``X``, initial states and
     sequence lengths; ``reasons`` lists every reason it does not (see
     :func:`cudnn_rnn.converters.onnx.from_onnx`), each a clause that follows the node's label.
+    A variant is said by a note ("it computes gru with a variant: reset before the product")
+    and ``details["variant"]`` (:meth:`Variant.as_dict`), and is the read spec's ``variant``.
     ``details``: ``nodes`` (the names of its nodes), ``op_type``, ``layout`` (1: batch-major,
     call the layer with ``time_major=False``), ``dtype`` (None when the weights cannot be
-    read; float32 for dequantized weights) and, for a quantized RNN, ``quantized`` (the dtype
-    its weights are stored in).
+    read; float32 for dequantized weights), for a quantized RNN ``quantized`` (the dtype
+    its weights are stored in), and for a variant ``variant``.
 
     Bounds: everything one call evaluates, dequantizes and walks is charged to one budget of 8
     times the file's bytes (its external data included) plus 16 MiB, before it is done
@@ -97,8 +112,10 @@ def read(
     input_mode: str | None = None,
 ) -> ReadRNN:
     """The RNN ``name`` of an ONNX model (a path or a loaded ``onnx.ModelProto``) as data: its
-    spec, its canonical weights and biases (CPU tensors of the model's dtype, in canonical
-    order and cuDNN's gate order) and the record :func:`find_rnns` lists for it.
+    spec (its ``variant`` what the node's attributes and peepholes say), its canonical weights
+    and biases (CPU tensors of the model's dtype, in canonical order and cuDNN's gate order;
+    an LSTM's non-zero peepholes ``P`` after each layer and direction's biases, as
+    ``P_i, P_f, P_o``) and the record :func:`find_rnns` lists for it.
 
     ``name`` is a name :func:`find_rnns` lists, or the path of one node of a stack (that layer
     alone); without it the model itself is read when it is one stack of RNN layers and nothing
@@ -193,6 +210,12 @@ def _from_graph(onnx: Any, loaded: Loaded, input_mode: str | None, owner: str) -
                 f"{n.dirs} direction(s), but node {first.name!r} is a {first.mode} of hidden_size "
                 f"{first.hidden} with {first.dirs}; our layer stacks layers of one kind only."
             )
+        if n.variant != first.variant:
+            raise _NotOneStack(
+                f"{owner}: RNN node {n.name!r} computes {_variant_words(n)}, but node "
+                f"{first.name!r} computes {_variant_words(first)}; our layer stacks layers of "
+                "one kind only."
+            )
     if input_mode is None:
         meta = {p.key: p.value for p in model.metadata_props}
         try:
@@ -207,7 +230,8 @@ def _from_graph(onnx: Any, loaded: Loaded, input_mode: str | None, owner: str) -
 def _canonical(
     nodes: list[Node], input_mode: str, owner: str
 ) -> tuple[RNNSpec, list[Tensor], list[Tensor]]:
-    """The spec and canonical tensors of RNN nodes stacked as layers (checked shapes)."""
+    """The spec and canonical tensors of RNN nodes stacked as layers (checked shapes): their
+    variant is the first node's (a stack's nodes have one)."""
     input_mode = check_input_mode(owner, input_mode)
     first = nodes[0]
     d, h = first.dirs, first.hidden
@@ -219,12 +243,13 @@ def _canonical(
             int(first.w.shape[-1]),
             input_mode,
             CUDNN_RNN_BIDIRECTION if d == 2 else CUDNN_RNN_UNIDIRECTION,
+            variant=first.variant,
             owner=owner,
         )
     except ValueError as err:
         raise OnnxFormatError(str(err)) from err
     g = len(CUDNN_GATES[spec.mode])
-    dtypes = {a.dtype for n in nodes for a in (n.w, n.r, n.b) if a is not None}
+    dtypes = {a.dtype for n in nodes for a in (n.w, n.r, n.b, n.p) if a is not None}
     if len(dtypes) != 1:
         raise OnnxFormatError(f"{owner}: the RNN weights mix dtypes {sorted(map(str, dtypes))}.")
     blocks: dict[BlockKey, Tensor] = {}
@@ -233,9 +258,16 @@ def _canonical(
             "W": (d, g * h, spec.layer_input_size(index)),
             "R": (d, g * h, h),
             "B": (d, 2 * g * h),
+            **({"P": (d, len(PEEPHOLE_GATES) * h)} if spec.variant.peepholes else {}),
         }
         # The shapes are compared before a missing B is made: h comes from an attribute.
-        got = {"W": n.w.shape, "R": n.r.shape, "B": expect["B"] if n.b is None else n.b.shape}
+        got: dict[str, object] = {
+            "W": n.w.shape,
+            "R": n.r.shape,
+            "B": expect["B"] if n.b is None else n.b.shape,
+        }
+        if spec.variant.peepholes:
+            got["P"] = None if n.p is None else n.p.shape
         bad = [f"{k} {got[k]} (expected {v})" for k, v in expect.items() if got[k] != v]
         if bad:
             raise OnnxFormatError(
@@ -249,6 +281,8 @@ def _canonical(
             blocks[(index, k, RECURRENT)] = _as_tensor(n.r[k])
             blocks[(index, k, INPUT_BIAS)] = _as_tensor(bias[k, : g * h])
             blocks[(index, k, RECURRENT_BIAS)] = _as_tensor(bias[k, g * h :])
+            if n.p is not None:
+                blocks[(index, k, PEEPHOLE)] = _as_tensor(n.p[k])
     return spec, *_unstacked(spec, blocks)
 
 
@@ -256,14 +290,27 @@ def _unstacked(spec: RNNSpec, blocks: dict[BlockKey, Tensor]) -> tuple[list[Tens
     """Canonical ``(weights, biases)`` of the file's stacked blocks, each one copy of its gate's
     rows. The gate mapping is the one helper's (:func:`unstack_gates`), worked out on each
     block's gate positions (one element per gate): on the data it would copy every block once
-    per gate, and the copies of the file's weights are what bounds a read's memory."""
+    per gate, and the copies of the file's weights are what bounds a read's memory. The
+    peepholes, which that helper's gate orders do not describe, are ONNX's ``P`` reordered
+    from its ``i, o, f`` to the layout's ``P_i, P_f, P_o``."""
     g = len(CUDNN_GATES[spec.mode])
-    positions = unstack_gates(spec, {key: torch.arange(g) for key in blocks}, GATE_ORDER)
+    # The canonical tensors but the peepholes are those of the spec without them, in order.
+    plain = replace(spec, variant=replace(spec.variant, peepholes=False))
+    stacked = {key: torch.arange(g) for key in blocks if key[2] != PEEPHOLE}
+    weights_at, biases_at = unstack_gates(plain, stacked, GATE_ORDER)
     layout = layout_of(spec)
+    at = iter(biases_at)
     return (
-        [_rows(blocks, p, at, g) for p, at in zip(layout.weights, positions[0])],
-        [_rows(blocks, p, at, g) for p, at in zip(layout.biases, positions[1])],
-    )
+        [_rows(blocks, p, k, g) for p, k in zip(layout.weights, weights_at)],
+        [_peephole(blocks, p) if p.kind == PEEPHOLE else _rows(blocks, p, next(at), g)
+         for p in layout.biases],
+    )  # fmt: skip
+
+
+def _peephole(blocks: dict[BlockKey, Tensor], p: Param) -> Tensor:
+    """The canonical peephole ``p`` (``P_i``, ``P_f`` or ``P_o``) of ONNX's ``P`` block, copied."""
+    block = permute_gates(blocks[(p.layer, p.direction, p.kind)], PEEPHOLE_ORDER, PEEPHOLE_GATES)
+    return block.chunk(len(PEEPHOLE_GATES))[PEEPHOLE_GATES.index(str(p.gate))].clone()
 
 
 def _rows(blocks: dict[BlockKey, Tensor], p: Param, at: Tensor, gates: int) -> Tensor:
@@ -403,7 +450,8 @@ def _read_node(onnx: Any, node: Any, scope: Scope, owner: str) -> Seen:
     seen = examine(onnx, node, scope, states=False)
     if seen.reasons:
         raise OnnxFormatError(
-            f"{owner}: {_about(label, seen.reasons[0])}; our layers compute cuDNN's math only."
+            f"{owner}: {_about(label, seen.reasons[0])}; our layers compute cuDNN's math and "
+            "its variants (cudnn_rnn.core.variant) only."
         )
     return seen
 
@@ -422,8 +470,10 @@ def _from_node(onnx: Any, loaded: Loaded, name: str, input_mode: str | None, own
     ]
     if reasons:
         raise OnnxFormatError(
-            f"{owner}: {name!r} ({target.where}) is not computed by cuDNN's math, so our layers "
-            "cannot hold it: " + "; ".join(reasons) + "."
+            f"{owner}: {name!r} ({target.where}) is not computed by cuDNN's math or a variant "
+            "of it (cudnn_rnn.core.variant), so our layers cannot hold it: "
+            + "; ".join(reasons)
+            + "."
         )
     nodes = [seen.as_node(site.node.name) for site, seen in zip(target.sites, target.seen)]
     return _Picked(nodes, input_mode or CUDNN_INPUT_LINEAR_MODE, target.record(name))
@@ -462,6 +512,11 @@ def _choices(records: list[FoundRNN]) -> str:
         + (f" and {more} more" if more > 0 else "")
         + "."
     )
+
+
+def _variant_words(node: Node) -> str:
+    """What a node computes beyond its mode's cuDNN math, in words."""
+    return node.variant.describe() or "cuDNN's math"
 
 
 def _about(label: str, reason: str) -> str:
