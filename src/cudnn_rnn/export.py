@@ -62,13 +62,16 @@ from cudnn_rnn.core.constants import (
 )
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import mode_string
 from cudnn_rnn.io.onnx.layout import (
     GATE_ORDER,
     ONNX_OPS,
     OnnxOp,
     block_view,
     node_attributes,
+    onnx_peepholes,
     onnx_weights,
+    unwritable,
 )
 
 __all__ = [
@@ -124,12 +127,23 @@ def onnx_rnn(
             "computes it. Expected a layer without num_proj; to export this one, use "
             "torch.export.export (it keeps the cudnn_rnn::rnn operator) or torch.jit.trace."
         )
+    why = unwritable(spec)
+    if why is not None:
+        raise ValueError(
+            f"{_OWNER}: a cudnn_rnn {spec.mode} computing a variant ONNX's "
+            f"{ONNX_OPS[spec.mode].op_type} node cannot hold ({why}) cannot be exported to "
+            "ONNX; torch.export.export keeps the cudnn_rnn::rnn operator."
+        )
     d = spec.num_dirs
     # ONNX's sequence_lens is int32; ours are checked int64 (in [1, T]).
     lens = lengths.to(torch.int32) if lengths is not None else None
     finals: list[list[Tensor]] = [[], []]
+    peepholes = onnx_peepholes(spec, params)
     for layer, (w, r, b) in enumerate(onnx_weights(spec, params)):
         states = [s[layer * d : (layer + 1) * d] for s in (h0, c0) if s is not None]
+        p = peepholes[layer]
+        if p is not None:  # the LSTM's eighth input, after initial_c
+            states.append(p)
         y, *last = _emit(_Node(spec, layer), traced, params, x, w, r, b, lens, states)
         # Y [T, D, B, H] -> [T, B, D, H] -> [T, B, D*H]: the next layer's input, forward first.
         x = y.permute(0, 2, 1, 3).flatten(2)
@@ -168,6 +182,7 @@ class _Node:
             spec.layer_input_size(layer),
             CUDNN_INPUT_SKIP_MODE if layer == 0 and spec.skip_input else CUDNN_INPUT_LINEAR_MODE,
             spec.direction,
+            variant=spec.variant,
         )
         y, hy, cy, *_ = torch.ops.cudnn_rnn.rnn(
             _layer_buffer(spec, layer, params, one),
@@ -176,7 +191,7 @@ class _Node:
             states[1] if len(states) > 1 else None,
             lens,
             None,
-            rnn_mode=one.mode,
+            rnn_mode=mode_string(one.mode, one.variant),
             num_layers=1,
             num_units=one.num_units,
             input_size=one.input_size,
@@ -201,7 +216,7 @@ def _layer_buffer(spec: RNNSpec, layer: int, params: Tensor, one: RNNSpec) -> Te
     for ours, theirs in zip(
         layout_of(spec).fused[layer * d : (layer + 1) * d], layout_of(one).fused
     ):
-        for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
+        for name in ("w_ih", "w_hh", "b_ih", "b_hh", "peephole"):
             src, dst = getattr(ours, name), getattr(theirs, name)
             if dst is not None:
                 pieces.append((dst.offset, block_view(params, src).reshape(-1)))
@@ -256,12 +271,15 @@ class _TorchScriptNode(torch.autograd.Function):
             lens = g.op("prim::Constant")
             lens.setType(torch._C.OptionalType.ofTensor())
         attributes = {
-            f"{key}_{_ATTRIBUTE_KINDS[type(value)]}": value
+            f"{key}_{_attribute_kind(value)}": value
             for key, value in node_attributes(node.spec).items()
         }
         return g.op(node.op_type, x, w, r, b, lens, *states, outputs=node.num_outputs, **attributes)
 
 
-#: TorchScript's ``g.op`` names an attribute's type by a suffix (of the items, for a list: the
-#: lists here hold strings).
-_ATTRIBUTE_KINDS = {int: "i", float: "f", str: "s", list: "s"}
+#: TorchScript's ``g.op`` names an attribute's type by a suffix (of the items, for a list).
+_ATTRIBUTE_KINDS = {int: "i", float: "f", str: "s"}
+
+
+def _attribute_kind(value: Any) -> str:
+    return _ATTRIBUTE_KINDS[type(value[0]) if isinstance(value, list) else type(value)]

@@ -47,7 +47,15 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_LSTM
 from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec, check_int
-from cudnn_rnn.io.onnx.layout import GATE_ORDER, ONNX_OPS, OnnxOp, node_attributes, onnx_weights
+from cudnn_rnn.io.onnx.layout import (
+    GATE_ORDER,
+    ONNX_OPS,
+    OnnxOp,
+    node_attributes,
+    onnx_peepholes,
+    onnx_weights,
+    unwritable,
+)
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -124,6 +132,12 @@ def model_proto(
             "operator has no projection and no standard operator computes it; export a layer "
             "without num_proj, or use to_torch (torch.nn.LSTM has proj_size)."
         )
+    why = unwritable(spec)
+    if why is not None:
+        raise ValueError(
+            f"{owner}: {name} computes a variant ONNX's {ONNX_OPS[spec.mode].op_type} node "
+            f"cannot hold: {why}; save it as .safetensors or .pt instead."
+        )
     op = ONNX_OPS[spec.mode]
     elem_name, type_str = _ONNX_DTYPES[dtype]
     schema = onnx.defs.get_schema(op.op_type, opset)
@@ -133,10 +147,11 @@ def model_proto(
             f"{owner}: the ONNX {op.op_type} operator of opset {opset} takes {sorted(allowed)}, "
             f"not the layer's {dtype}; pass a later opset or convert the layer with .to(dtype)."
         )
+    flat = layout_of(spec).pack(weights, biases, owner)
     graph = _graph(
         onnx,
         spec,
-        onnx_weights(spec, layout_of(spec).pack(weights, biases, owner)),
+        [(*wrb, p) for wrb, p in zip(onnx_weights(spec, flat), onnx_peepholes(spec, flat))],
         getattr(onnx.TensorProto, elem_name),
         sequence_lens=sequence_lens,
         initial_state=initial_state,
@@ -154,7 +169,7 @@ def model_proto(
 def _graph(
     onnx: Any,
     spec: RNNSpec,
-    layers: Sequence[tuple[Tensor, Tensor, Tensor]],
+    layers: Sequence[tuple[Tensor, Tensor, Tensor, Tensor | None]],
     elem: int,
     *,
     sequence_lens: bool,
@@ -192,7 +207,8 @@ def _graph(
     x = "X"
     layer_states: list[list[str]] = [[] for _ in states]
     for index, weights in enumerate(layers):
-        w, r, b = (const(f"{k}_{index}", v) for k, v in zip("WRB", weights))
+        w, r, b = (const(f"{k}_{index}", v) for k, v in zip("WRB", weights[:3]))
+        peep = "" if weights[3] is None else const(f"P_{index}", weights[3])
         state_in = [""] * len(states)
         if initial_state:
             start = ints(f"state_start_{index}", [index * d])
@@ -201,6 +217,8 @@ def _graph(
                 state_in[k] = f"{s}_{index}"
                 nodes.append(helper.make_node("Slice", [s, start, end, axis0], [state_in[k]]))
         inputs = [x, w, r, b, "sequence_lens" if sequence_lens else "", *state_in]
+        if peep:  # the LSTM's eighth input, after initial_c
+            inputs += [""] * (7 - len(inputs)) + [peep]
         while inputs[-1] == "":  # trailing optional inputs are left out
             inputs.pop()
         outs = [f"Y_{index}"] + [f"{name}_{index}" for name in finals]

@@ -20,9 +20,10 @@ from torch import Tensor
 
 from cudnn_rnn.core.constants import CUDNN_GRU
 from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
-from cudnn_rnn.core.layout import Block, layout_of
+from cudnn_rnn.core.layout import PEEPHOLE_GATES, Block, layout_of
 from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import Activation
 
 __all__ = [
     "GATE_ORDER",
@@ -31,7 +32,9 @@ __all__ = [
     "OnnxOp",
     "block_view",
     "node_attributes",
+    "onnx_peepholes",
     "onnx_weights",
+    "unwritable",
 ]
 
 
@@ -67,15 +70,103 @@ GATE_ORDER = "onnx"
 PEEPHOLE_ORDER = ("i", "o", "f")
 
 
+#: Our activation names -> ONNX's, for the ones ONNX's RNN operators have.
+ONNX_ACTIVATIONS = {
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "relu": "Relu",
+    "hard_sigmoid": "HardSigmoid",
+    "affine": "Affine",
+    "leaky_relu": "LeakyRelu",
+    "thresholded_relu": "ThresholdedRelu",
+    "scaled_tanh": "ScaledTanh",
+    "elu": "Elu",
+    "softsign": "Softsign",
+    "softplus": "Softplus",
+}
+
+
+def unwritable(spec: RNNSpec) -> str | None:
+    """Why ONNX's ``LSTM``/``GRU``/``RNN`` nodes cannot hold ``spec``'s variant (None: they
+    can), in words for a one-line refusal."""
+    v = spec.variant
+    why = []
+    acts = [v.gate_activation, v.cell_activation, v.output_activation]
+    missing = sorted({a.name for a in acts if a is not None and a.name not in ONNX_ACTIVATIONS})
+    if missing:
+        why.append(f"the activation(s) {', '.join(missing)} (ONNX's RNN operators have none)")
+    for name, words in (
+        ("cell_clip", "a cell clip"), ("proj_clip", "a projection clip"),
+        ("merge", f"directions merged by {v.merge}"),
+        ("stacks", "separate forward and backward stacks"),
+    ):  # fmt: skip
+        if name in v.changed():
+            why.append(words)
+    if v.time == "go_backwards":
+        why.append("go_backwards (outputs in processing order)")
+    return "; ".join(why) or None
+
+
 def node_attributes(spec: RNNSpec) -> dict[str, Any]:
-    """The attributes of each ONNX node of ``spec`` (one layer, both directions)."""
+    """The attributes of each ONNX node of ``spec`` (one layer, both directions): the mode's,
+    and its variant's (activations with their parameters, ``clip``, ``input_forget``,
+    ``linear_before_reset``, ``direction="reverse"``); :func:`unwritable` says what they
+    cannot hold."""
     op = ONNX_OPS[spec.mode]
-    return {
+    v = spec.variant
+    out: dict[str, Any] = {
         "hidden_size": spec.num_units,
-        "direction": _DIRECTIONS[spec.num_dirs],
-        "activations": list(op.activations) * spec.num_dirs,  # one list per direction
+        "direction": "reverse" if v.time == "reverse" else _DIRECTIONS[spec.num_dirs],
         **op.attributes,
     }
+    if v.is_cudnn:
+        out["activations"] = list(op.activations) * spec.num_dirs  # one list per direction
+        return out
+    own = {"rnn_relu": "relu"}.get(spec.mode, "tanh")
+    cell = v.cell_activation or Activation(own)
+    acts = {
+        "lstm": [v.gate_activation, cell, v.output_activation],
+        "gru": [v.gate_activation, cell],
+    }
+    chosen = acts.get(spec.mode, [cell])
+    names = [ONNX_ACTIVATIONS[a.name] for a in chosen] * spec.num_dirs
+    alphas = [a.alpha for a in chosen if a.alpha is not None] * spec.num_dirs
+    betas = [a.beta for a in chosen if a.beta is not None] * spec.num_dirs
+    out["activations"] = names
+    if alphas:
+        out["activation_alpha"] = alphas
+    if betas:
+        out["activation_beta"] = betas
+    if v.gate_clip is not None:
+        out["clip"] = v.gate_clip
+    if v.input_forget:
+        out["input_forget"] = 1
+    if spec.mode == CUDNN_GRU and not v.reset_after:
+        out["linear_before_reset"] = 0
+    return out
+
+
+def onnx_peepholes(spec: RNNSpec, params: Tensor) -> list[Tensor | None]:
+    """Every layer's ``P`` ``[D, 3*H]`` (ONNX's order ``i o f``) from the opaque buffer; None
+    for each layer where the spec has no peepholes."""
+    layout = layout_of(spec)
+    d = spec.num_dirs
+    out: list[Tensor | None] = []
+    for layer in range(spec.num_layers):
+        blocks = [f.peephole for f in layout.fused[layer * d : (layer + 1) * d]]
+        if any(b is None for b in blocks):
+            out.append(None)
+            continue
+        out.append(
+            torch.stack(
+                [
+                    permute_gates(block_view(params, b), PEEPHOLE_GATES, PEEPHOLE_ORDER)
+                    for b in blocks
+                    if b is not None
+                ]
+            )
+        )
+    return out
 
 
 def onnx_weights(spec: RNNSpec, params: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
