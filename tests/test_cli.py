@@ -91,7 +91,7 @@ def test_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["convert", str(two), str(tmp_path / "x.onnx")]) == 2
     err = capsys.readouterr().err
     assert (
-        "holds 2 RNNs that cuDNN's math computes ('a', 'b'); pick one with --model NAME "
+        "holds 2 RNNs that we compute ('a', 'b'); pick one with --model NAME "
         "(cudnn-rnn inspect lists them)."
     ) in err
     with pytest.raises(SystemExit) as info:

@@ -164,7 +164,7 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
     "OptionError": (
         model_files.OptionError,
         TypeError,
-        lambda t: cudnn_rnn.load(FIXTURES / "tf1_cells" / "lstm.ckpt", cell_clip=3.0),
+        lambda t: cudnn_rnn.load(FIXTURES / "tf1_cells" / "lstm.ckpt", merge_layers=True),
     ),
     "RNNArgumentError": (
         RNNArgumentError,

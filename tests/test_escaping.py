@@ -71,7 +71,7 @@ def test_describe_quotes_the_name_and_escapes_the_rest() -> None:
         ).describe()
         assert line.isprintable(), line
         assert line.startswith(f"{name!r}: not a cuDNN mode at node {files.escape(name)}")
-        assert line.endswith(f"cuDNN's math does not compute it: has {files.escape(name)}")
+        assert line.endswith(f"we cannot compute it: has {files.escape(name)}")
 
 
 # -- files with such names --------------------------------------------------------------------

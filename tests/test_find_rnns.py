@@ -4,6 +4,7 @@ each format's reader (tests/io/); here the one entry point over all of them."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def test_several_models_and_no_choice_is_refused_naming_them(
     assert main(["convert", str(path), str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err
     assert (
-        "holds 2 RNNs that cuDNN's math computes ('a', 'b'); pick one with --model NAME "
+        "holds 2 RNNs that we compute ('a', 'b'); pick one with --model NAME "
         "(cudnn-rnn inspect lists them)."
     ) in err
     assert main(["convert", str(path), str(tmp_path / "x.safetensors"), "--model", "c"]) == 2
@@ -83,11 +84,20 @@ def test_keras_nested_layers_are_listed_by_path_and_loaded(
     )
 
 
-def test_keras_layers_cudnn_cannot_compute_are_listed_with_every_reason() -> None:
-    found = convert.find_rnns(KERAS2 / "hard_sigmoid_model.h5")
+def test_keras_layers_we_cannot_compute_are_listed_with_every_reason(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "gelu.h5"
+    shutil.copy(KERAS2 / "hard_sigmoid_model.h5", path)
+    with h5py.File(path, "r+") as f:  # an activation we have no function for
+        f.attrs["model_config"] = f.attrs["model_config"].replace('"tanh"', '"gelu"')
+    found = convert.find_rnns(path)
     refused = [f for f in found if not f.computable]
     assert refused and all(f.reasons for f in refused)
-    assert any("hard_sigmoid" in r for f in refused for r in f.reasons)
+    assert any(
+        "activation 'gelu' is no function we compute" in r for f in refused for r in f.reasons
+    )
+    (variant,) = convert.find_rnns(KERAS2 / "hard_sigmoid_model.h5")  # once refused: a variant
+    assert variant.computable and variant.details["variant"]["gate_activation"]["alpha"] == 0.2
 
 
 def test_a_record_is_computable_exactly_when_it_has_no_reasons() -> None:
@@ -96,7 +106,7 @@ def test_a_record_is_computable_exactly_when_it_has_no_reasons() -> None:
     with pytest.raises(ValueError, match="another has at least one"):
         FoundRNN("x", "there", "onnx", None, computable=False)
     line = FoundRNN("x", "node 'x'", "onnx", None, computable=False, reasons=("a", "b")).describe()
-    assert line == "'x': not a cuDNN mode at node 'x'; cuDNN's math does not compute it: a; b"
+    assert line == "'x': not a cuDNN mode at node 'x'; we cannot compute it: a; b"
 
 
 class _Network(torch.nn.Module):
@@ -155,7 +165,7 @@ def test_a_whole_network_lists_its_rnns_and_each_converts_by_name(
         assert "found 2 RNN(s), 2 computable" in capsys.readouterr().out
         assert main(["convert", str(path), str(tmp_path / "x.safetensors")]) == 2
         err = capsys.readouterr().err
-        says = f"holds 2 RNNs that cuDNN's math computes ({lstm!r}, {gru!r}); pick one with "
+        says = f"holds 2 RNNs that we compute ({lstm!r}, {gru!r}); pick one with "
         assert says + "--model NAME" in err, kind
         assert not (tmp_path / "x.safetensors").exists()
         for name, inputs, want in ((lstm, x, want_lstm), (gru, y, want_gru)):

@@ -1,7 +1,8 @@
 """``cudnn_rnn.load`` and ``cudnn_rnn.find_rnns`` refuse an option that the file's reader does
 not take, naming the ones it does, in the caller's words (keyword arguments from Python, the
 command's options from ``cudnn-rnn``): ``load(path, forgetbias=0.0)``, ``cell_clip=`` on a TF1
-checkpoint and ``merge_layers=`` on an ONNX model were silently ignored, and a layer came back.
+checkpoint (before TF1 checkpoints took it) and ``merge_layers=`` on an ONNX model were silently
+ignored, and a layer came back.
 
 What each format takes is one table (``converters.options._OPTIONS``, beside the finders'
 ``_FINDERS`` and the loaders' ``_LOADERS``); every message below is derived from it and pinned
@@ -68,7 +69,7 @@ _FORMATS: dict[str, tuple[Callable[[Path], str], str]] = {
     "safetensors": (_safetensors, "our .safetensors checkpoints takes activation"),
     "tf": (
         lambda d: str(FIXTURES / "tf1_cells" / "basic_lstm.ckpt"),
-        "TF1 checkpoints takes activation, forget_bias",
+        "TF1 checkpoints takes activation, forget_bias, cell_clip, proj_clip",
     ),
     "onnx": (_onnx, "ONNX models takes no options"),
     "torch": (_torch, "torch files takes activation"),
@@ -116,7 +117,17 @@ def test_an_option_no_reader_takes_is_refused_naming_those_it_takes(
 @pytest.mark.parametrize(
     ("fmt", "options", "says"),
     [
-        ("tf", {"cell_clip": 3.0}, r"argument 'cell_clip' .*takes activation, forget_bias\.$"),
+        (
+            "tf",
+            {"merge_layers": True},
+            r"argument 'merge_layers' .*takes activation, forget_bias, cell_clip, proj_clip \("
+            r"'merge_layers' is for Keras 2 \.h5 files\)\.$",
+        ),
+        (
+            "torch",
+            {"cell_clip": 3.0},
+            r"argument 'cell_clip' .*takes activation \('cell_clip' is for TF1 checkpoints\)\.$",
+        ),
         (
             "onnx",
             {"merge_layers": True},
@@ -214,7 +225,9 @@ def test_keras3_s_time_limit_reaches_its_reader(
 
 # -- the command: the same refusal, in its options -------------------------------------------
 
-_NONE_OF = "none of --activation, --forget-bias, --keras-version, --merge-layers"
+_NONE_OF = (
+    "none of --activation, --forget-bias, --cell-clip, --proj-clip, --keras-version, --merge-layers"
+)
 
 
 @pytest.mark.parametrize(

@@ -365,9 +365,10 @@ class _CudnnRNN(nn.Module, SpecProperties):
         spec = self._built_spec("saveable")
         if not spec.variant.is_cudnn:
             raise ValueError(
-                f"{type(self).__name__}: a TF1 cuDNN checkpoint holds cuDNN's math only, and "
-                f"this layer computes a variant ({spec.variant.describe()}): save it with "
-                "cudnn_rnn.convert to .safetensors or .onnx, or torch.save its state_dict."
+                f"{type(self).__name__}: our canonical checkpoints (TF1 and .safetensors) hold "
+                f"cuDNN's math only for now, and this layer computes a variant "
+                f"({spec.variant.describe()}): write it to .onnx (convert.to_onnx, where ONNX's "
+                "nodes hold the variant), or torch.save its state_dict with get_config()."
             )
         from cudnn_rnn.saveable import saveables as saveable_module
 

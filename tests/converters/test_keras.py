@@ -18,6 +18,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 from cudnn_rnn.converters.keras import from_keras, to_keras  # noqa: E402
+from cudnn_rnn.core.variant import Activation, Variant  # noqa: E402
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh  # noqa: E402
 
 MAKERS = {
@@ -91,17 +92,58 @@ def test_skip_input_becomes_identity_kernel() -> None:
     np.testing.assert_array_equal(k.get_weights()[0], np.eye(3, dtype="float32"))
 
 
+#: Keras layers computing variants of cuDNN's math: Keras itself is the oracle of each mapping.
+VARIANTS = {
+    "lstm-hard-sigmoid-relu": lambda: keras.layers.LSTM(
+        3, return_sequences=True, recurrent_activation="hard_sigmoid", activation="relu"
+    ),
+    "lstm-selu": lambda: keras.layers.LSTM(3, return_sequences=True, activation="selu"),
+    "gru-reset-before": lambda: keras.layers.GRU(
+        3, return_sequences=True, reset_after=False, recurrent_activation="hard_sigmoid"
+    ),
+    "gru-softsign": lambda: keras.layers.GRU(3, return_sequences=True, activation="softsign"),
+    **{
+        f"rnn-{act}": lambda act=act: keras.layers.SimpleRNN(
+            3, return_sequences=True, activation=act
+        )
+        for act in ("elu", "linear", "leaky_relu", "celu", "swish", "softplus", "exponential")
+    },
+    "lstm-go-backwards": lambda: keras.layers.LSTM(3, return_sequences=True, go_backwards=True),
+    **{
+        f"bidi-{merge}": lambda merge=merge: keras.layers.Bidirectional(
+            keras.layers.GRU(3, return_sequences=True, reset_after=False), merge_mode=merge
+        )
+        for merge in ("sum", "mul", "ave")
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variants_from_keras_and_back(name: str) -> None:
+    """A Keras layer computing a variant: ours computes what it computes, and to_keras gives a
+    Keras layer computing ours (a stack of two where the variant stacks)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (2, 5, 4)).astype("float32")
+    stack = [VARIANTS[name]() for _ in range(1 if "backwards" in name else 2)]
+    run_keras(stack, x)  # build
+    randomise(stack, rng)
+    want = run_keras(stack, x)
+    ours = from_keras(stack if len(stack) > 1 else stack[0])
+    assert not ours.variant.is_cudnn and ours.num_layers == len(stack)
+    got = ours(torch.as_tensor(x), time_major=False)[0].detach().numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    back = to_keras(ours)
+    np.testing.assert_allclose(run_keras(back, x), got, atol=1e-5)
+    assert from_keras(back if len(back) > 1 else back[0]).variant == ours.variant
+
+
 def test_errors() -> None:
-    gru = keras.layers.GRU(2, reset_after=False)
-    gru(np.zeros((1, 2, 3), "float32"))
-    with pytest.raises(ValueError, match=r"GRU\(reset_after=False\) computes different math"):
-        from_keras(gru)
+    gelu = keras.layers.GRU(2, activation="gelu")
+    gelu(np.zeros((1, 2, 3), "float32"))
+    with pytest.raises(ValueError, match=r"activation 'gelu' is no function we compute"):
+        from_keras(gelu)
     with pytest.raises(ValueError, match=r"build the Keras layers first"):
         from_keras(keras.layers.LSTM(2))
-    elu = keras.layers.SimpleRNN(2, activation="elu")
-    elu(np.zeros((1, 2, 3), "float32"))
-    with pytest.raises(ValueError, match=r"SimpleRNN activation 'elu' has no cuDNN mode"):
-        from_keras(elu)
     with pytest.raises(
         TypeError,
         match=r"expected Keras LSTM, GRU, SimpleRNN or Bidirectional "
@@ -112,18 +154,34 @@ def test_errors() -> None:
     run_keras(mixed, np.zeros((1, 2, 3), "float32"))
     with pytest.raises(ValueError, match=r"stacked layers must share one type"):
         from_keras(mixed)
-    summed = keras.layers.Bidirectional(
-        keras.layers.LSTM(2, return_sequences=True), merge_mode="sum"
+    gates = [
+        keras.layers.LSTM(2, return_sequences=True, recurrent_activation=act)
+        for act in ("sigmoid", "hard_sigmoid")
+    ]
+    run_keras(gates, np.zeros((1, 2, 3), "float32"))
+    with pytest.raises(ValueError, match=r"stacked layers must share one type, variant and"):
+        from_keras(gates)
+    listed = keras.layers.Bidirectional(
+        keras.layers.LSTM(2, return_sequences=True), merge_mode=None
     )
-    summed(np.zeros((1, 2, 3), "float32"))
-    with pytest.raises(ValueError, match=r"merge_mode 'sum' is not supported"):
-        from_keras(summed)
-    backwards = keras.layers.LSTM(2, go_backwards=True)
-    backwards(np.zeros((1, 2, 3), "float32"))
-    with pytest.raises(ValueError, match=r"go_backwards layers are not supported"):
+    listed(np.zeros((1, 2, 3), "float32"))
+    with pytest.raises(ValueError, match=r"merge_mode=None returns the two directions' outputs"):
+        from_keras(listed)
+    backwards = [keras.layers.LSTM(2, go_backwards=True, return_sequences=True) for _ in "ab"]
+    run_keras(backwards, np.zeros((1, 2, 3), "float32"))
+    with pytest.raises(ValueError, match=r"go_backwards layers return their outputs in"):
         from_keras(backwards)
     with pytest.raises(ValueError, match=r"Keras layers have no LSTM projection"):
         to_keras(CudnnLSTM(1, 3, input_size=2, num_proj=2))
+    peepholes = CudnnLSTM(1, 3, input_size=2, variant=Variant(peepholes=True))
+    with pytest.raises(ValueError, match=r"with peepholes, which Keras's LSTM, GRU and"):
+        to_keras(peepholes)
+    split = Variant(output_activation=Activation("relu"))
+    with pytest.raises(ValueError, match=r"one activation to its candidate and to its cell"):
+        to_keras(CudnnLSTM(1, 3, input_size=2, variant=split))
+    leaky = Variant(cell_activation=Activation("leaky_relu", 0.01))
+    with pytest.raises(ValueError, match=r"Keras 3 has no activation leaky_relu\(0\.01\)"):
+        to_keras(CudnnRNNTanh(1, 3, input_size=2, variant=leaky))
 
 
 def test_registry_lists_what_exists() -> None:

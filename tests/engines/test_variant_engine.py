@@ -241,8 +241,9 @@ def test_formats_that_cannot_hold_a_variant_say_so_in_one_line() -> None:
     from cudnn_rnn.converters.torch_nn import to_torch
 
     layer = _layer("gru", 1, Variant(reset_after=False), {})
-    with pytest.raises(ValueError, match=r"TF1 cuDNN checkpoint holds cuDNN's math only") as e:
+    says = r"canonical checkpoints \(TF1 and \.safetensors\) hold cuDNN's math only"
+    with pytest.raises(ValueError, match=says) as e:
         _ = layer.saveable
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="torch.nn's RNNs compute cuDNN's four modes only"):
+    with pytest.raises(ValueError, match=r"torch\.nn's RNNs compute cuDNN's four modes only"):
         to_torch(layer)

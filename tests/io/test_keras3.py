@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
+from cudnn_rnn.core.variant import Activation, Variant
 from cudnn_rnn.io import files
 from cudnn_rnn.io.keras.h5 import KerasH5Error
-from cudnn_rnn.io.keras.layout import GO_BACKWARDS_NOTE
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
 from tests.support.paths import FIXTURES, ROOT
 
@@ -74,14 +74,6 @@ def _run(
     return out.numpy(), state
 
 
-def _reverse_within(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Each batch-major sequence reversed within its length; the padding stays where it is."""
-    out = x.copy()
-    for b, n in enumerate(lengths):
-        out[b, :n] = x[b, :n][::-1]
-    return out
-
-
 # -- listing ----------------------------------------------------------------------------------
 
 
@@ -96,22 +88,57 @@ def test_find_rnns_lists_every_rnn_with_its_sizes(stem: str) -> None:
         assert (record.mode, record.direction) == (cls._rnn_mode, direction)
         assert (record.num_layers, record.num_units, record.input_size) == (1, units, width)
         backward = (stem, record.name) in BACKWARDS
-        assert record.details.get("go_backwards", False) is backward
-        assert record.details.get("note") == (GO_BACKWARDS_NOTE if backward else None)
+        assert record.details.get("variant") == ({"time": "go_backwards"} if backward else None)
+        assert record.notes == (
+            ("it computes lstm with a variant: go_backwards",) if backward else ()
+        )
 
 
-def test_refused_layers_are_listed_with_every_reason() -> None:
-    found = {f.name: f for f in find_rnns(FIXTURES / "refused.keras")}
-    assert list(found) == ["lstm", "gru", "bidirectional"]
-    assert not any(f.computable for f in found.values())
-    assert "activation 'relu' is not cuDNN's 'tanh'" in found["lstm"].reasons[0]
-    assert "reset_after=False applies the reset gate before" in found["gru"].reasons[0]
-    assert "merge_mode 'sum' is not supported" in found["bidirectional"].reasons[0]
-    with pytest.raises(ValueError, match=r"layer 'gru' \(GRU\): reset_after=False") as info:
-        read(FIXTURES / "refused.keras", "gru")
+#: refused.keras (named when this reader refused them): what each of its layers computes.
+FORMERLY_REFUSED = {
+    "lstm": Variant(cell_activation=Activation("relu"), output_activation=Activation("relu")),
+    "gru": Variant(reset_after=False),
+    "bidirectional": Variant(merge="sum"),
+}
+
+
+@pytest.mark.filterwarnings(
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+)
+def test_formerly_refused_layers_are_read_with_their_variants() -> None:
+    """refused.keras's layers (LSTM(activation='relu'), GRU(reset_after=False),
+    Bidirectional(merge_mode='sum')) compute what Keras 3 computes running the same file (where
+    Keras is installed: the file has no npz of outputs)."""
+    path = FIXTURES / "refused.keras"
+    found = {f.name: f for f in find_rnns(path)}
+    assert list(found) == list(FORMERLY_REFUSED) and all(f.computable for f in found.values())
+    layers = {name: from_keras3(path, name) for name in found}
+    assert {name: layer.variant for name, layer in layers.items()} == FORMERLY_REFUSED
+    keras = pytest.importorskip("keras")
+    model = keras.saving.load_model(path, compile=False)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5, 3)).astype("float32")
+    for keras_layer in model.layers:
+        want = np.asarray(keras.ops.convert_to_numpy(keras_layer(x)))
+        out, _ = _run(layers[keras_layer.name], x)
+        np.testing.assert_allclose(out, want, rtol=0, atol=ATOL, err_msg=keras_layer.name)
+        x = want
+
+
+def test_what_we_do_not_compute_is_listed_with_every_reason(tmp_path: Path) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        layers = config["config"]["layers"]
+        layers[2]["config"]["activation"] = "gelu"  # gru, after the InputLayer and the lstm
+        layers[3]["config"]["merge_mode"] = None  # bidirectional
+
+    path = _edited_config(tmp_path, "refused", edit)
+    found = {f.name: f for f in find_rnns(path)}
+    assert [f.computable for f in found.values()] == [True, False, False]
+    assert "activation 'gelu' is no function we compute" in found["gru"].reasons[0]
+    assert "merge_mode=None returns the two directions'" in found["bidirectional"].reasons[0]
+    with pytest.raises(ValueError, match=r"layer 'gru' \(GRU\): activation 'gelu'") as info:
+        read(path, "gru")
     assert not isinstance(info.value, files.FormatError)  # a setting, not a broken file
-    with pytest.raises(ValueError, match=r"holds 0 RNN layers that cuDNN's math computes"):
-        from_keras3(FIXTURES / "refused.keras")
+    assert from_keras3(path).variant == FORMERLY_REFUSED["lstm"]  # the one we compute
 
 
 def test_is_keras3_by_content(tmp_path: Path) -> None:
@@ -141,9 +168,9 @@ def test_outputs_equal_keras3(stem: str, name: str) -> None:
     assert (layer.num_layers, layer.num_units, layer.input_size) == (1, units, width)
     keras = np.load(FIXTURES / f"{stem}.npz")
     x, want = keras[f"{name}/input"], keras[f"{name}/output"]
-    backward = (stem, name) in BACKWARDS
-    out, state = _run(layer, x[:, ::-1].copy() if backward else x)
-    # A go_backwards layer's outputs come in the order Keras computed them: ours, unflipped.
+    assert layer.variant.time == ("go_backwards" if (stem, name) in BACKWARDS else "forward")
+    out, state = _run(layer, x)
+    # A go_backwards layer's outputs come in the order Keras computed them, as ours do.
     np.testing.assert_allclose(out, want, rtol=0, atol=ATOL, err_msg=name)
     if direction == UNI:  # the final h is the last output
         np.testing.assert_allclose(state[0][0].numpy(), want[:, -1], rtol=0, atol=ATOL)
@@ -154,21 +181,17 @@ def test_outputs_equal_keras3(stem: str, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(EXPECTED["masked"]))
 def test_masked_outputs_equal_keras3_with_sequence_lengths(name: str) -> None:
-    """A Masking layer's padded steps are our sequence_lengths; a go_backwards layer takes each
-    sequence reversed within its length."""
+    """A Masking layer's padded steps are our sequence_lengths; a go_backwards layer's outputs
+    come in processing order, its padded steps first (zeros), on both sides."""
     keras = np.load(FIXTURES / "masked.npz")
     lengths = keras["lengths"]
     x, want = keras[f"{name}/input"], keras[f"{name}/output"]
     layer = from_keras3(FIXTURES / "masked.keras", name)
     if ("masked", name) in BACKWARDS:
-        out, state = _run(layer, _reverse_within(x, lengths), lengths)
-        for b, n in enumerate(lengths):
-            # Keras ran the padded steps first (reversed, masked: zeros), then the sequence.
-            np.testing.assert_allclose(out[b, :n], want[b, -n:], rtol=0, atol=ATOL)
+        out, state = _run(layer, x, lengths)
+        np.testing.assert_allclose(out, want, rtol=0, atol=ATOL)
+        for b, n in enumerate(lengths):  # Keras ran the padded steps first (masked: zeros)
             np.testing.assert_array_equal(want[b, :-n], 0.0)
-            # In the input's time order: our output reversed within the length.
-            flipped = _reverse_within(out, lengths)[b, :n]
-            np.testing.assert_allclose(flipped, want[b, ::-1][:n], rtol=0, atol=ATOL)
         np.testing.assert_allclose(state[0][0].numpy(), want[:, -1], rtol=0, atol=ATOL)
         return
     out, state = _run(layer, x, lengths)
@@ -181,8 +204,9 @@ def test_masked_outputs_equal_keras3_with_sequence_lengths(name: str) -> None:
 
 def test_read_is_data_with_the_notes() -> None:
     data = read(FIXTURES / "go_backwards.keras", "lstm")
-    assert data.notes == (GO_BACKWARDS_NOTE,)
-    assert data.found.name == "lstm" and data.found.details["go_backwards"] is True
+    assert data.notes == ("it computes lstm with a variant: go_backwards",)
+    assert data.spec.variant == Variant(time="go_backwards")
+    assert data.found.name == "lstm" and data.found.details["variant"] == {"time": "go_backwards"}
     assert (data.spec.mode, data.spec.num_units, data.spec.input_size) == ("lstm", 4, 3)
     assert all(t.dtype == torch.float32 for t in (*data.weights, *data.biases))
     assert read(FIXTURES / "lstm.keras", "lstm").notes == ()
@@ -331,16 +355,16 @@ def test_a_config_refusal_needs_no_weights(tmp_path: Path) -> None:
     with pytest.raises(Keras3Error, match=r"no variables at layers/lstm/cell/vars"):
         find_rnns(path)
 
-    def relu(config: dict[str, Any]) -> None:
-        config["config"]["layers"][1]["config"]["activation"] = "relu"
+    def gelu(config: dict[str, Any]) -> None:
+        config["config"]["layers"][1]["config"]["activation"] = "gelu"
 
     members = _members("lstm")
     members["model.weights.h5"] = (tmp_path / "lstm.keras").read_bytes()  # any bytes: not HDF5
-    path = _archive(tmp_path / "relu.keras", members)
+    path = _archive(tmp_path / "gelu.keras", members)
     with pytest.raises(Keras3Error, match=r"is not a readable HDF5 file"):
         find_rnns(path)
-    (record,) = find_rnns(_edited_config(tmp_path, "lstm", relu))
-    assert not record.computable and "activation 'relu'" in record.reasons[0]
+    (record,) = find_rnns(_edited_config(tmp_path, "lstm", gelu))
+    assert not record.computable and "activation 'gelu'" in record.reasons[0]
 
 
 def test_a_corrupt_weights_file_is_a_keras3_error(tmp_path: Path) -> None:

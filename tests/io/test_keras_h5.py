@@ -26,17 +26,19 @@ import torch
 from cudnn_rnn import convert
 from cudnn_rnn.cli import main
 from cudnn_rnn.converters.canonical import layer_canonical
-from cudnn_rnn.io.keras.layout import GO_BACKWARDS_NOTE
+from cudnn_rnn.core.variant import Activation, Variant
 from cudnn_rnn.layers import CudnnGRU, CudnnLSTM, CudnnRNNRelu, CudnnRNNTanh, _CudnnRNN
 from tests.support import h5_hostile
+from tests.support.keras_edits import edited_config
 from tests.support.paths import FIXTURES, ROOT
 
 h5py = pytest.importorskip("h5py")
 
 from cudnn_rnn.converters.keras_files import from_keras_h5  # noqa: E402
 from cudnn_rnn.io.keras import h5 as keras_h5  # noqa: E402
-from cudnn_rnn.io.keras import h5_file, h5_plans  # noqa: E402
+from cudnn_rnn.io.keras import h5_file  # noqa: E402
 from cudnn_rnn.io.keras.h5 import KerasH5Error, describe_keras_h5, keras_h5_weights  # noqa: E402
+from cudnn_rnn.io.keras.variants import Dialect  # noqa: E402
 
 FIXTURES = FIXTURES / "keras2"
 PLAIN_WEIGHTS = {
@@ -159,11 +161,15 @@ def test_describe() -> None:
         "input_size": 3,
         "direction": "bidirectional",
     }
-    refused = describe_keras_h5(FIXTURES / "hard_sigmoid_model.h5")
+    (variant,) = describe_keras_h5(FIXTURES / "hard_sigmoid_model.h5")
+    assert variant["variant"] == {
+        "gate_activation": {"name": "hard_sigmoid", "alpha": 0.2, "beta": 0.5}
+    }
+    refused = describe_keras_h5(FIXTURES / "reset_before_weights.h5")
     assert (
         refused
-        == [{"layer": "lstm", "refused": refused[0]["refused"], "reasons": refused[0]["reasons"]}]
-        and "hard_sigmoid" in refused[0]["refused"]
+        == [{"layer": "gru", "refused": refused[0]["refused"], "reasons": refused[0]["reasons"]}]
+        and "activations of plain GRU layers" in refused[0]["refused"]
         and refused[0]["reasons"] == (refused[0]["refused"],)
     )
     weights = keras_h5_weights(FIXTURES / "cudnn_model.h5")
@@ -171,18 +177,18 @@ def test_describe() -> None:
     assert weights["dense/kernel:0"] == ((3, 2), "float32")
 
 
-# -- what cuDNN cannot compute is refused, naming the layer and the setting -------------------
+# -- what we do not compute is refused, naming the layer and the setting ---------------------
+#
+# (What these readers refused before, hard_sigmoid gates, GRU(reset_after=False), other
+# activations, other merge modes, go_backwards, is read as a variant: test_keras_variants.py.)
 
 
 @pytest.mark.parametrize(
     ("filename", "match"),
     [
-        ("hard_sigmoid_model.h5", r"layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid'"),
-        ("reset_before_model.h5", r"layer 'gru' \(GRU\): reset_after=False"),
-        ("reset_before_weights.h5", r"layer 'gru': a GRU bias of shape \[3H\] .*reset_after=False"),
         (
-            "merge_sum_model.h5",
-            r"layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode 'sum'",
+            "reset_before_weights.h5",
+            r"layer 'gru': a weights-only file does not record the activations of plain GRU",
         ),
         (
             "plain_weights.h5",
@@ -200,20 +206,14 @@ def test_refusals(filename: str, match: str) -> None:
 
 
 def _edited_config(tmp_path: Path, src: str, edit: Any) -> Path:
-    path = tmp_path / src
-    shutil.copy(FIXTURES / src, path)
-    with h5py.File(path, "r+") as f:
-        config = json.loads(f.attrs["model_config"])
-        edit(config["config"]["layers"])
-        f.attrs["model_config"] = json.dumps(config)
-    return path
+    return edited_config(FIXTURES / src, tmp_path, edit)
 
 
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
-        ("activation", "relu", r"layer 'lstm' \(LSTM\): activation 'relu' is not cuDNN's 'tanh'"),
-        ("recurrent_activation", "hard_sigmoid", r"recurrent_activation 'hard_sigmoid'"),
+        ("activation", "gelu", r"layer 'lstm' \(LSTM\): activation 'gelu' is no function we"),
+        ("recurrent_activation", "relu6", r"recurrent_activation 'relu6' is no function we"),
     ],
 )
 def test_config_settings_refused(tmp_path: Path, key: str, value: Any, match: str) -> None:
@@ -226,9 +226,9 @@ def test_config_settings_refused(tmp_path: Path, key: str, value: Any, match: st
 
 def test_simple_rnn_activation_refused(tmp_path: Path) -> None:
     def edit(layers: list[dict[str, Any]]) -> None:
-        layers[3]["config"]["activation"] = "sigmoid"
+        layers[3]["config"]["activation"] = "softmax"
 
-    with pytest.raises(ValueError, match=r"layer 'simple_rnn' \(SimpleRNN\): activation 'sigmoid'"):
+    with pytest.raises(ValueError, match=r"layer 'simple_rnn' \(SimpleRNN\): activation 'softmax'"):
         from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
 
 
@@ -752,9 +752,9 @@ def test_nested_config_settings_refused(tmp_path: Path) -> None:
     def edit(layers: list[dict[str, Any]]) -> None:
         encoder = layers[1]["config"]["layers"]
         core = encoder[3]["config"]["layers"]  # InputLayer, lstm, lstm_1, core, dense
-        core[1]["config"]["reset_after"] = False
+        core[1]["config"]["activation"] = "gelu"
 
-    with pytest.raises(ValueError, match=r"layer 'encoder/core/gru' \(GRU\): reset_after=False"):
+    with pytest.raises(ValueError, match=r"layer 'encoder/core/gru' \(GRU\): activation 'gelu'"):
         from_keras_h5(_edited_config(tmp_path, "nested_model.h5", edit))
 
 
@@ -828,51 +828,69 @@ def test_weights_only_bidirectional_stays_one_layer(tmp_path: Path) -> None:
 # -- weights-only files of Keras before 2.3: hard_sigmoid was the default ---------------------
 
 OLD = {"assume_cudnn_activations": True, "confirm_keras_version": "2.2.4"}
+HARD2 = Variant(gate_activation=Activation("hard_sigmoid", 0.2, 0.5))
 
 
-def test_old_keras_version_refused_naming_version_and_layers() -> None:
-    """Keras 2.2 wrote keras_version '2.2.4'; its LSTM and GRU defaulted to hard_sigmoid."""
-    with pytest.raises(
-        ValueError,
-        match=r"^from_keras_h5: '[^']*old_keras_weights\.h5': layers 'lstm', 'gru', "
-        r"'bidirectional': recurrent_activation unknown: this weights-only file's keras_version "
-        r"is '2\.2\.4', and before Keras 2\.3 LSTM and GRU defaulted to "
-        r"recurrent_activation='hard_sigmoid'.* say so again with confirm_keras_version='2\.2\.4'",
-    ) as info:
-        from_keras_h5(FIXTURES / "old_keras_weights.h5", assume_cudnn_activations=True)
-    assert "simple_rnn" not in str(info.value)  # a SimpleRNN has no recurrent activation
-    described = describe_keras_h5(FIXTURES / "old_keras_weights.h5", assume_cudnn_activations=True)
-    assert [("refused" in d) for d in described] == [True, True, True, False]
+def _default_note(version: str) -> str:
+    return (
+        rf"^recurrent_activation hard_sigmoid\(0\.2, 0\.5\), Keras's default before 2\.3: "
+        rf"this weights-only file's keras_version is {re.escape(repr(version))}, and the file "
+        r"does not record the activation; if the layers were built with "
+        rf"recurrent_activation='sigmoid', pass confirm_keras_version={re.escape(repr(version))}\.$"
+    )
+
+
+def test_old_keras_version_computes_its_default_hard_sigmoid() -> None:
+    """Keras 2.2 wrote keras_version '2.2.4' and its LSTM and GRU defaulted to hard_sigmoid, as
+    the layers of old_keras_hard_sigmoid_weights.h5 computed: read with Keras's defaults
+    (assume_cudnn_activations), they compute it, and their records say so."""
+    path = FIXTURES / "old_keras_hard_sigmoid_weights.h5"
+    layers = from_keras_h5(path, assume_cudnn_activations=True)
+    keras = np.load(FIXTURES / "old_keras_hard_sigmoid_weights.npz")
+    for name in layers:
+        assert layers[name].variant == HARD2
+        _check_against_keras(layers, keras, name)
+    for found in keras_h5.find_rnns(path, assume_cudnn_activations=True):
+        assert re.match(_default_note("2.2.4"), found.notes[1]), found.notes
 
 
 def test_old_keras_version_confirmed_equals_keras2() -> None:
+    """old_keras_weights.h5's layers were built with recurrent_activation='sigmoid' in Keras
+    2.2: confirm_keras_version says so (and the default is no longer assumed)."""
     layers = from_keras_h5(FIXTURES / "old_keras_weights.h5", **OLD)
     keras = np.load(FIXTURES / "old_keras_weights.npz")
     assert list(layers) == ["lstm", "gru", "bidirectional", "simple_rnn"]
     for name in layers:
+        assert layers[name].variant.is_cudnn
         _check_against_keras(layers, keras, name)
+    found = keras_h5.find_rnns(FIXTURES / "old_keras_weights.h5", **OLD)
+    assert all(f.notes == () for f in found)
 
 
-def test_old_keras_hard_sigmoid_is_what_the_refusal_prevents() -> None:
-    """Confirmed wrongly (the layers did use Keras 2.2's default hard_sigmoid), the outputs are
-    far from Keras's: the file alone cannot tell, hence the second confirmation."""
-    path = FIXTURES / "old_keras_hard_sigmoid_weights.h5"
-    with pytest.raises(ValueError, match=r"layers 'lstm', 'gru': recurrent_activation unknown"):
-        from_keras_h5(path, assume_cudnn_activations=True)
-    layers = from_keras_h5(path, **OLD)
-    keras = np.load(FIXTURES / "old_keras_hard_sigmoid_weights.npz")
-    for name, layer in layers.items():  # 500 times the tolerance of a right conversion, at least
-        out, _ = _run(layer, keras[f"{name}/input"])
+def test_old_keras_default_is_noted_where_it_is_wrong() -> None:
+    """Without the confirmation, the same file's LSTM and GRU layers take Keras 2.2's default:
+    far from what Keras computed (they were built with sigmoid), and each record's note is the
+    one thing that says how to tell; a SimpleRNN has no recurrent activation."""
+    path = FIXTURES / "old_keras_weights.h5"
+    layers = from_keras_h5(path, assume_cudnn_activations=True)
+    keras = np.load(FIXTURES / "old_keras_weights.npz")
+    for name in ("lstm", "gru", "bidirectional"):  # 500 times the tolerance of a right read
+        assert layers[name].variant == HARD2
+        out, _ = _run(layers[name], keras[f"{name}/input"])
         assert np.abs(out - keras[f"{name}/output"]).max() > 1e-3, name
+    found = {f.name: f for f in keras_h5.find_rnns(path, assume_cudnn_activations=True)}
+    assert [bool(f.notes) for f in found.values()] == [True, True, True, False]
+    assert re.match(_default_note("2.2.4"), found["gru"].notes[1])
 
 
-def test_old_keras_version_not_assumed_lists_both() -> None:
+def test_old_keras_version_not_assumed_lists_every_layer() -> None:
     with pytest.raises(
         ValueError,
-        match=r"4 problems in 4 RNN layers: \(1\) layers 'lstm', 'bidirectional': a weights-only "
-        r"file does not record the activations of plain LSTM layers.* \(2\) layers 'lstm', 'gru', "
-        r"'bidirectional': recurrent_activation unknown: .*'2\.2\.4'.* \(3\) layer 'gru': .*plain "
-        r"GRU layers.* \(4\) layer 'simple_rnn': .*plain SimpleRNN layers",
+        match=r"3 problems in 4 RNN layers: \(1\) layers 'lstm', 'bidirectional': a weights-only "
+        r"file does not record the activations of plain LSTM layers; if they used Keras's "
+        r"defaults \(activation='tanh' and recurrent_activation='sigmoid' \('hard_sigmoid' before "
+        r"Keras 2\.3, as the file's keras_version says\)\).* \(2\) layer 'gru': .*plain "
+        r"GRU layers.* \(3\) layer 'simple_rnn': .*plain SimpleRNN layers",
     ):
         from_keras_h5(FIXTURES / "old_keras_weights.h5")
 
@@ -910,28 +928,30 @@ def _with_version(tmp_path: Path, src: str, version: Any) -> Path:
     ],
 )
 def test_which_versions_are_old(version: str, old: bool) -> None:
-    assert h5_plans._predates_sigmoid_default(version) is old
+    assert Dialect(version).predates_sigmoid is old
 
 
 def test_old_version_as_str_attribute(tmp_path: Path) -> None:
     """tf.keras wrote keras_version as str ('2.2.4-tf'), Keras 2.2 as bytes: both are read."""
     path = _with_version(tmp_path, "plain_weights.h5", "2.2.4-tf")
-    with pytest.raises(ValueError, match=r"keras_version is '2\.2\.4-tf'.*'2\.2\.4-tf'"):
-        from_keras_h5(path, **PLAIN_WEIGHTS)
+    found = {f.name: f for f in keras_h5.find_rnns(path, **PLAIN_WEIGHTS)}
+    assert re.match(_default_note("2.2.4-tf"), found["lstm"].notes[1])
+    assert from_keras_h5(path, **PLAIN_WEIGHTS)["lstm"].variant == HARD2
     confirmed = {**PLAIN_WEIGHTS, "confirm_keras_version": "2.2.4-tf"}
     assert list(from_keras_h5(path, **confirmed)) == list(PLAIN)
+    assert from_keras_h5(path, **confirmed)["lstm"].variant.is_cudnn
     path = _with_version(tmp_path, "plain_weights.h5", "2.3.0-tf")  # TF 2.2: sigmoid
-    assert list(from_keras_h5(path, **PLAIN_WEIGHTS)) == list(PLAIN)
+    assert all(layer.variant.is_cudnn for layer in from_keras_h5(path, **PLAIN_WEIGHTS).values())
 
 
 def test_no_keras_version_is_unknown(tmp_path: Path) -> None:
     path = _with_version(tmp_path, "plain_weights.h5", None)
-    with pytest.raises(
-        ValueError,
-        match=r"this weights-only file has no keras_version attribute \(Keras's own loader then "
+    (found, *_) = keras_h5.find_rnns(path, **PLAIN_WEIGHTS)
+    assert re.search(
+        r"this weights-only file has no keras_version attribute \(Keras's own loader then "
         r"takes it for a Keras 1 file\).* confirm_keras_version='unknown'",
-    ):
-        from_keras_h5(path, **PLAIN_WEIGHTS)
+        found.notes[1],
+    )
     confirmed = {**PLAIN_WEIGHTS, "confirm_keras_version": "unknown"}
     assert list(from_keras_h5(path, **confirmed)) == list(PLAIN)
 
@@ -971,38 +991,37 @@ def test_confirm_keras_version_checked(tmp_path: Path) -> None:
 def test_every_setting_of_a_layer_listed(tmp_path: Path) -> None:
     def edit(layers: list[dict[str, Any]]) -> None:
         layers[1]["config"].update(
-            activation="relu", recurrent_activation="hard_sigmoid", go_backwards=True
+            activation="gelu", recurrent_activation="hard_silu", go_backwards=True
         )
 
     with pytest.raises(
         ValueError,
-        match=r"2 problems in 1 RNN layer: \(1\) layer 'lstm' \(LSTM\): activation 'relu' is not "
-        r"cuDNN's 'tanh'.* \(2\) layer 'lstm' \(LSTM\): recurrent_activation 'hard_sigmoid' is "
-        r"not cuDNN's 'sigmoid'.*recurrent_activation='sigmoid'\)\.$",
+        match=r"2 problems in 1 RNN layer: \(1\) layer 'lstm' \(LSTM\): activation 'gelu' is no "
+        r"function we compute.* \(2\) layer 'lstm' \(LSTM\): recurrent_activation 'hard_silu' "
+        r"is no function we compute .*; retrain with one of them\.$",
     ) as info:
         from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
-    assert "go_backwards" not in str(info.value)  # read, with a note: not a problem
+    assert "go_backwards" not in str(info.value)  # a variant we compute: not a problem
 
 
 def test_every_refused_layer_listed(tmp_path: Path) -> None:
     def edit(layers: list[dict[str, Any]]) -> None:
-        layers[2]["config"]["reset_after"] = False  # gru
+        layers[2]["config"]["activation"] = "gelu"  # gru
         bidi = layers[5]["config"]  # Bidirectional(LSTM)
-        bidi["merge_mode"] = "mul"
-        bidi["layer"]["config"]["recurrent_activation"] = "hard_sigmoid"
+        bidi["merge_mode"] = None
+        bidi["layer"]["config"]["recurrent_activation"] = "softmax"
 
     path = _edited_config(tmp_path, "plain_model.h5", edit)
     with pytest.raises(
         ValueError,
-        match=r"3 problems in 2 RNN layers: \(1\) layer 'gru' \(GRU\): reset_after=False .* "
-        r"\(2\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode 'mul' is not "
-        r"supported.* \(3\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): "
-        r"recurrent_activation 'hard_sigmoid'",
+        match=r"3 problems in 2 RNN layers: \(1\) layer 'gru' \(GRU\): activation 'gelu' .* "
+        r"\(2\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): recurrent_activation "
+        r"'softmax' .* \(3\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): merge_mode=None",
     ):
         from_keras_h5(path)
     described = {d["layer"]: d for d in describe_keras_h5(path)}
-    assert "merge_mode 'mul'" in described["bidirectional"]["refused"]
-    assert "recurrent_activation 'hard_sigmoid'" in described["bidirectional"]["refused"]
+    assert "merge_mode=None" in described["bidirectional"]["refused"]
+    assert "recurrent_activation 'softmax'" in described["bidirectional"]["refused"]
     assert list(from_keras_h5(path, layers=["lstm", "simple_rnn"])) == ["lstm", "simple_rnn"]
 
 
@@ -1017,61 +1036,54 @@ def test_backward_layer_settings_named(tmp_path: Path) -> None:
         ValueError,
         match=r"\(1\) layer 'bidirectional' \(Bidirectional\(LSTM\)\): backward layer: "
         r"go_backwards=False in the backward layer .* \(2\) layer 'bidirectional' "
-        r"\(Bidirectional\(LSTM\)\): backward layer: activation 'relu'",
+        r"\(Bidirectional\(LSTM\)\): its two directions compute different math \(lstm; lstm "
+        r"with candidate relu, output relu\); a bidirectional RNN of ours runs one mode and "
+        r"variant both ways\.$",
     ):
         from_keras_h5(_edited_config(tmp_path, "plain_model.h5", edit))
 
 
-# -- go_backwards=True outside Bidirectional: read, with a note on how to feed it -------------
+# -- go_backwards=True outside Bidirectional: time="go_backwards" -----------------------------
 
 
-def _reverse_within(x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Each batch-major sequence reversed within its length; the padding stays where it is."""
-    out = x.copy()
-    for b, n in enumerate(lengths):
-        out[b, :n] = x[b, :n][::-1]
-    return out
-
-
-def test_go_backwards_layer_is_listed_with_its_sizes_and_a_note() -> None:
+def test_go_backwards_layer_is_listed_with_its_sizes_and_variant() -> None:
     (found,) = keras_h5.find_rnns(FIXTURES / "go_backwards_model.h5")
     assert (found.name, found.mode, found.direction, found.computable) == (
         "lstm_2", "lstm", "unidirectional", True,
     )  # fmt: skip
     assert (found.num_layers, found.num_units, found.input_size) == (1, 3, 3)
-    assert found.details["go_backwards"] is True and found.details["note"] == GO_BACKWARDS_NOTE
-    assert "x.flip(time axis)" in GO_BACKWARDS_NOTE
+    assert found.details["variant"] == {"time": "go_backwards"}
+    assert found.notes == ("it computes lstm with a variant: go_backwards",)
     data = keras_h5.read(FIXTURES / "go_backwards_model.h5", "lstm_2")
-    assert data.notes == (GO_BACKWARDS_NOTE,) and data.found == found
+    assert data.notes == found.notes and data.found == found
     assert (data.spec.mode, data.spec.num_units, data.spec.input_size) == ("lstm", 3, 3)
+    assert data.spec.variant == Variant(time="go_backwards")
 
 
-def test_go_backwards_layer_computes_what_keras_computed_on_the_reversed_input() -> None:
-    """Keras reverses the input in time and returns the outputs in the order it computed them:
-    our layer on x.flip(time) gives them as they are (go_backwards_model.npz: Keras 3 running
+def test_go_backwards_layer_computes_what_keras_computed() -> None:
+    """Keras reverses the input in time and returns the outputs in the order it computed them;
+    so does our layer, called on the input as it is (go_backwards_model.npz: Keras 3 running
     the file's weights, see make_keras3_fixtures.py)."""
     (layer,) = from_keras_h5(FIXTURES / "go_backwards_model.h5", layers=["lstm_2"]).values()
     keras = np.load(FIXTURES / "go_backwards_model.npz")
     x, want = keras["input"], keras["lstm_2/output"]
-    out, (h, _) = _run(layer, x[:, ::-1].copy())
+    out, (h, _) = _run(layer, x)
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-5)
     np.testing.assert_allclose(h[0].numpy(), want[:, -1], rtol=0, atol=1e-5)
-    # With padding: each sequence reversed within its length, and sequence_lengths.
+    # With padding: sequence_lengths; Keras's padded steps came first (zeros), as ours do.
     x, lengths, want = (keras[f"masked/{k}"] for k in ("input", "lengths", "lstm_2/output"))
     with torch.no_grad():
         y, (h, _) = layer(
-            torch.from_numpy(_reverse_within(x, lengths)),
-            time_major=False,
-            sequence_lengths=torch.from_numpy(lengths),
+            torch.from_numpy(x), time_major=False, sequence_lengths=torch.from_numpy(lengths)
         )
-    for b, n in enumerate(lengths):  # Keras's padded steps came first: zeros
-        np.testing.assert_allclose(y[b, :n].numpy(), want[b, -n:], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(y.numpy(), want, rtol=0, atol=1e-5)
+    for b, n in enumerate(lengths):
         np.testing.assert_array_equal(want[b, :-n], 0.0)
     np.testing.assert_allclose(h[0].numpy(), want[:, -1], rtol=0, atol=1e-5)
 
 
 def test_go_backwards_layer_loads_by_the_one_loader_and_the_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import cudnn_rnn
     from cudnn_rnn.converters.loader import load_layer
@@ -1079,13 +1091,13 @@ def test_go_backwards_layer_loads_by_the_one_loader_and_the_command(
     path = FIXTURES / "go_backwards_model.h5"
     direct = from_keras_h5(path)["lstm_2"]
     for layer in (cudnn_rnn.load(path), load_layer(str(path), model="lstm_2")):
-        assert isinstance(layer, CudnnLSTM)
+        assert isinstance(layer, CudnnLSTM) and layer.variant == Variant(time="go_backwards")
         torch.testing.assert_close(layer.opaque_kernel, direct.opaque_kernel, rtol=0, atol=0)
-    assert main(["convert", str(path), str(tmp_path / "x.pt")]) == 0
-    assert (tmp_path / "x.pt").is_file()
-    capsys.readouterr()
     assert main(["inspect", str(path)]) == 0
-    assert "'lstm_2': lstm unidirectional (num_layers=1, num_units=3" in capsys.readouterr().out
+    assert (
+        "'lstm_2': lstm unidirectional (num_layers=1, num_units=3, input_size=3) at Keras layer "
+        "'lstm_2' (LSTM); note: it computes lstm with a variant: go_backwards"
+    ) in capsys.readouterr().out
 
 
 def test_go_backwards_in_a_config_is_read_and_never_merged(tmp_path: Path) -> None:
@@ -1095,7 +1107,8 @@ def test_go_backwards_in_a_config_is_read_and_never_merged(tmp_path: Path) -> No
     path = _edited_config(tmp_path, "stack_model.h5", edit)
     assert list(from_keras_h5(path, merge_layers=True))[:3] == ["lstm", "lstm_1", "lstm_2"]
     described = {d["layer"]: d for d in describe_keras_h5(path)}
-    assert described["lstm_1"]["go_backwards"] is True and "go_backwards" not in described["lstm"]
+    assert described["lstm_1"]["variant"] == {"time": "go_backwards"}
+    assert "variant" not in described["lstm"]
 
 
 def test_go_backwards_forward_side_of_bidirectional_refused(tmp_path: Path) -> None:
@@ -1117,8 +1130,8 @@ def test_read_returns_one_layer_as_data() -> None:
     _, weights, biases = layer_canonical(merged, "test")
     for ours, theirs in zip([*weights, *biases], [*data.weights, *data.biases]):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-    with pytest.raises(ValueError, match=r"layer 'lstm' \(LSTM\): recurrent_activation 'hard_"):
-        keras_h5.read(FIXTURES / "hard_sigmoid_model.h5", "lstm")
+    hard = keras_h5.read(FIXTURES / "hard_sigmoid_model.h5", "lstm")
+    assert hard.spec.variant == Variant(gate_activation=Activation("hard_sigmoid", 0.2, 0.5))
     with pytest.raises(ValueError, match=r"has no RNN layer 'dense'; its RNN layers: \['lstm', "):
         keras_h5.read(FIXTURES / "plain_model.h5", "dense")
 

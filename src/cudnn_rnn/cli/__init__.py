@@ -170,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
             help="TF1 checkpoints of TF's standard LSTM cells: the forget_bias the cells added "
             "at run time, which a checkpoint does not store (default: TF's 1.0)",
         )
+        for option, what in (("cell_clip", "cell state"), ("proj_clip", "projected output")):
+            p.add_argument(
+                "--" + option.replace("_", "-"),
+                type=float,
+                metavar="VALUE",
+                help=f"TF1 checkpoints of TF's standard LSTM cells: the cells' {option} (the "
+                f"{what} clipped to [-VALUE, VALUE]), which a checkpoint does not store "
+                "(default: TF's, no clip)",
+            )
     for p in (inspect, convert_cmd, bench_cmd):
         p.add_argument(
             "--keras-version",
@@ -186,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--activation",
             choices=("tanh", "relu"),
             help="for plain RNNs, whose files do not record it (Keras .h5 weights-only files: "
-            "the plain layers used cuDNN's activations, SimpleRNNs this one)",
+            "the plain layers used Keras's default activations, SimpleRNNs this one)",
         )
     return parser
 

@@ -63,8 +63,7 @@ def _inspect(args: argparse.Namespace) -> None:
             say(f"  {line}")
     if rnns and not computable:  # nothing in it can be converted: say why, as a failure
         raise UsageError(
-            f"{args.path}: holds no RNN that cuDNN's math computes: "
-            + "; ".join(r.describe() for r in rnns)
+            f"{args.path}: holds no RNN that we compute: " + "; ".join(r.describe() for r in rnns)
         )
 
 
@@ -251,6 +250,8 @@ def _load(path: str, args: argparse.Namespace) -> _CudnnRNN:
         model=args.model,
         note=lambda text: say(f"note: {text}"),
         forget_bias=args.forget_bias,
+        cell_clip=args.cell_clip,
+        proj_clip=args.proj_clip,
         **_keras_options(args),
     )
 

@@ -45,7 +45,7 @@ def find_rnns(
     ``activation`` and ``keras`` (the reader's options) as in :func:`cudnn_rnn.load`, which
     takes the same ones; an option the reader of the file does not take raises
     :class:`~cudnn_rnn.converters.options.OptionError` (options that change only the values
-    read, ``forget_bias``, change nothing listed)."""
+    read, ``forget_bias``, ``cell_clip``, ``proj_clip``, change nothing listed)."""
     path = os.fspath(path)
     with one_operation():
         reader = reader_of(path)

@@ -29,12 +29,15 @@ def from_keras_h5(
     the model's order, one entry per Keras layer (a ``Bidirectional`` wrapper is one
     bidirectional layer; a layer inside a nested model is named by its path, ``outer/inner``).
 
-    ``assume_cudnn_activations`` and ``simple_rnn_activation`` matter only for plain layers of
-    weights-only files, and ``confirm_keras_version`` only for the plain LSTM/GRU layers of
-    weights-only files written by a Keras older than 2.3 (see the module docs); ``layers`` picks
-    some layer names (the others are not built, nor refused for settings cuDNN cannot compute;
-    the whole file is still checked). Every layer that cannot be read is reported in one error,
-    with every reason.
+    Each layer computes what the Keras layer computed, its variant of cuDNN's math included
+    (activations, ``reset_after=False``, ``go_backwards``, merge modes:
+    :mod:`cudnn_rnn.io.keras.variants`). ``assume_cudnn_activations`` (Keras's default
+    activations) and ``simple_rnn_activation`` matter only for plain layers of weights-only
+    files, and ``confirm_keras_version`` (sigmoid gates after all) only for the plain LSTM/GRU
+    layers of weights-only files written by a Keras older than 2.3, whose default gates were
+    hard_sigmoid (see :mod:`cudnn_rnn.io.keras.h5`); ``layers`` picks some layer names (the
+    others are not built, nor refused for settings we do not compute; the whole file is still
+    checked). Every layer that cannot be read is reported in one error, with every reason.
 
     ``merge_layers=True`` returns each run of consecutive compatible layers as one multi-layer
     layer of ours named ``"first+second+..."`` (see :mod:`cudnn_rnn.io.keras.h5` for what
@@ -42,7 +45,7 @@ def from_keras_h5(
     Stacked layers otherwise stay separate, each with its own input size.
 
     Our layers take time-major input by default: call them with ``time_major=False`` for
-    Keras's batch-major data.
+    Keras's batch-major data, and with ``sequence_lengths`` for what a ``Masking`` layer masked.
 
     The file is read by a separate process (HDF5 can loop forever or crash on a corrupt file;
     then that process is stopped, or dies, and a :class:`KerasH5Error` says so), which must
@@ -65,10 +68,11 @@ def from_keras3(
     path: str | os.PathLike[str], name: str | None = None, *, time_limit: float | None = None
 ) -> _CudnnRNN:
     """Our layer (CPU, the file's dtype: float16/float64 kept, else float32) computing what the
-    RNN layer ``name`` of a ``.keras`` file computes; ``name`` may be left out where the model
-    has one RNN layer that cuDNN's math computes. Our layers take time-major input by default:
-    call them with ``time_major=False`` for Keras's batch-major data (and see the record's note
-    for a ``go_backwards`` layer)."""
+    RNN layer ``name`` of a ``.keras`` file computes, its variant of cuDNN's math included
+    (:mod:`cudnn_rnn.io.keras.variants`); ``name`` may be left out where the model has one RNN
+    layer that can be read. Our layers take time-major input by default: call them with
+    ``time_major=False`` for Keras's batch-major data, and with ``sequence_lengths`` for what a
+    ``Masking`` layer masked."""
     if name is None:
         found = keras3.find_rnns(path, time_limit=time_limit)
         computable = [f.name for f in found if f.computable]
@@ -76,7 +80,7 @@ def from_keras3(
             names = quoted_names([f.name for f in found]) or "none"
             raise ValueError(
                 f"{keras3.OWNER}: {os.fspath(path)!r} holds {len(computable)} RNN layers that "
-                f"cuDNN's math computes (its RNN layers: {names}); pick one with name=."
+                f"can be read (its RNN layers: {names}); pick one with name=."
             )
         name = computable[0]
     data = keras3.read(path, name, time_limit=time_limit)

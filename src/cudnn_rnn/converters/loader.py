@@ -141,6 +141,8 @@ def load_layer(
     note: Callable[[str], None] | None = None,
     spelling: Spelling = CLI,
     forget_bias: float | None = None,
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
     **keras: Any,
 ) -> _CudnnRNN:
     """One model from any supported file, as our layer.
@@ -153,16 +155,20 @@ def load_layer(
     that does not fit, whose biases are then split in halves; what a TF1 standard cell's
     checkpoint does not store). ``spelling``: how messages name the choices (the command's
     options, or the Python API's arguments). ``forget_bias``: what TF's LSTM cells added to the
-    forget gate at run time (not stored in a checkpoint; TF's default 1.0 where not given).
-    An option that the reader of the file does not take
+    forget gate at run time (not stored in a checkpoint; TF's default 1.0 where not given);
+    ``cell_clip``, ``proj_clip``: how TF's LSTM cells clipped (not stored either; None: no
+    clip). An option that the reader of the file does not take
     (:data:`cudnn_rnn.converters.options._OPTIONS`; one at its default asks for nothing) raises
     :class:`OptionError`, in ``spelling``'s words.
     """
     with one_operation():
         call = "cudnn_rnn.load" if spelling == PYTHON else "load_layer"
-        given = {"activation": activation, "forget_bias": forget_bias, **keras}
+        clips = {"cell_clip": cell_clip, "proj_clip": proj_clip}
+        given = {"activation": activation, "forget_bias": forget_bias, **clips, **keras}
         check_options(path, given, spelling=spelling, call=call)
-        return _load_layer(path, activation, layer_name, model, note, spelling, forget_bias, keras)
+        return _load_layer(
+            path, activation, layer_name, model, note, spelling, forget_bias, keras, clips=clips
+        )
 
 
 def _load_layer(
@@ -174,12 +180,14 @@ def _load_layer(
     spelling: Spelling,
     forget_bias: float | None,
     keras: dict[str, Any],
+    *,
+    clips: dict[str, float | None] | None = None,
 ) -> _CudnnRNN:
     reader = reader_of(path)
     if model is not None and layer_name is not None and model != layer_name:
         raise UsageError(f"{path}: --model {model!r} and --layer {layer_name!r} differ; give one.")
     model = model if model is not None else layer_name
-    ask = _Request(path, reader, model, activation, spelling, note, forget_bias, keras)
+    ask = _Request(path, reader, model, activation, spelling, note, forget_bias, keras, clips or {})
     return _LOADERS[reader](ask)
 
 
@@ -195,6 +203,8 @@ class _Request:
     note: Callable[[str], None] | None
     forget_bias: float | None
     keras: dict[str, Any]
+    #: TF's LSTM cells' cell_clip and proj_clip (TF1 checkpoints of TF's standard cells).
+    clips: dict[str, float | None] = field(default_factory=dict)
 
 
 def _load_keras_h5(ask: _Request) -> _CudnnRNN:
@@ -229,11 +239,17 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
         if model is None:
             model = _only_one(path, found, spelling)
         if model in {c.name for c in cells}:
-            return _cells_layer(path, model, activation, forget_bias, note)
+            return _cells_layer(path, model, activation, forget_bias, note, ask.clips)
     if forget_bias is not None:
         raise UsageError(
             f"{path}: forget_bias is for TF's standard LSTM cells, which this file's model is "
             "not (a cuDNN model stores its biases whole)."
+        )
+    clipped = [k for k, v in ask.clips.items() if v is not None]
+    if clipped:
+        raise UsageError(
+            f"{path}: {' and '.join(clipped)} {'is' if len(clipped) == 1 else 'are'} for TF's "
+            "standard LSTM cells, which this file's model is not (a cuDNN model does not clip)."
         )
     config = _pick_model(path, models, model, kind, spelling)
     mode = config["rnn_mode"]
@@ -242,6 +258,11 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
             raise UsageError(
                 f"{path}: {tf_names.BASIC_RNN_CELL} does not say tanh or relu; pass "
                 f"{spelling.activation}."
+            )
+        if activation not in ("tanh", "relu"):
+            raise UsageError(
+                f"{path}: {tf_names.BASIC_RNN_CELL}'s model is tanh or relu, got activation "
+                f"{quote(activation)}; pass {spelling.activation}."
             )
         mode = f"rnn_{activation}"
     expected = _expected_shapes(path, mode, config, len(claims))
@@ -326,13 +347,19 @@ def _cells_layer(
     activation: str | None,
     forget_bias: float | None,
     note: Callable[[str], None] | None,
+    clips: dict[str, float | None],
 ) -> _CudnnRNN:
     """The RNN of TF's standard cells named ``name``, read as data and built as our layer."""
     from cudnn_rnn.io.tf1 import cells
 
     index = checkpoint._tf_bundle(path)  # (parsed once in this operation)
     read = cells.read_cells(
-        index, name, forget_bias=1.0 if forget_bias is None else forget_bias, activation=activation
+        index,
+        name,
+        forget_bias=1.0 if forget_bias is None else forget_bias,
+        activation=activation,
+        cell_clip=clips.get("cell_clip"),
+        proj_clip=clips.get("proj_clip"),
     )
     return _built(read, note, path)
 
@@ -369,11 +396,10 @@ def _only_one(path: str, found: list[FoundRNN], spelling: Spelling) -> str | Non
     shown = escaping.names([f.name for f in (computable or found)])  # (a module at the top is '')
     if not computable:
         raise UsageError(
-            f"{path}: holds no RNN that cuDNN's math computes ({shown}; {spelling.lister} "
-            "says why)."
+            f"{path}: holds no RNN that we compute ({shown}; {spelling.lister} says why)."
         )
     raise UsageError(
-        f"{path}: holds {len(computable)} RNNs that cuDNN's math computes ({shown}); pick one "
+        f"{path}: holds {len(computable)} RNNs that we compute ({shown}); pick one "
         f"with {spelling.model} ({spelling.lister} lists them)."
     )
 
@@ -455,6 +481,8 @@ def load(
     *,
     activation: str | None = None,
     forget_bias: float | None = None,
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
     note: Callable[[str], None] | None = None,
     **options: Any,
 ) -> _CudnnRNN:
@@ -465,16 +493,20 @@ def load(
     ``.h5`` files; the format is told by the content. ``name`` picks one of the RNNs
     :func:`cudnn_rnn.find_rnns` lists (its ``name``); it is needed only where the file holds
     several that cuDNN's math computes, and the refusal then lists them.
-    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record;
-    ``forget_bias`` what a TF1 checkpoint of TF's standard LSTM cells (``LSTMCell``,
-    ``BasicLSTMCell``, ``LSTMBlockCell``...) does not store (TF's default 1.0 where not given).
+    ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record (a TF1
+    checkpoint of TF's standard cells: the cells' ``activation``, any name of
+    :data:`cudnn_rnn.core.variant.ACTIVATIONS`; TF's default tanh where not given);
+    ``forget_bias``, ``cell_clip`` and ``proj_clip`` what a TF1 checkpoint of TF's standard LSTM
+    cells (``LSTMCell``, ``BasicLSTMCell``, ``LSTMBlockCell``...) does not store (TF's defaults
+    where not given: 1.0, no clip, no clip; ``proj_clip`` with ``num_proj`` only).
     ``note`` is told, in one line each, of anything read otherwise than asked and of what a
     user must know to compute what the producer computed. ``options`` go to the format's
     reader (Keras .h5: ``confirm_keras_version``, ``merge_layers``, ``time_limit``,
     ``assume_cudnn_activations``, ``simple_rnn_activation``; Keras 3: ``time_limit``). An
     option that the reader of the file does not take raises :class:`OptionError` (a
     ``TypeError``) naming those it takes: per format, ``safetensors`` and torch files take
-    ``activation``; TF1 checkpoints ``activation`` and ``forget_bias``; ONNX models none; Keras
+    ``activation``; TF1 checkpoints ``activation``, ``forget_bias``, ``cell_clip`` and
+    ``proj_clip``; ONNX models none; Keras
     .h5 files ``activation`` and their reader's options; Keras 3 files ``time_limit``. An
     option that some reader takes,
     given at its default (None; False for ``merge_layers``), asks for nothing and is accepted
@@ -496,5 +528,5 @@ def load(
     with one_operation():
         return load_layer(
             os.fspath(path), activation, model=name, note=note, spelling=PYTHON,
-            forget_bias=forget_bias, **options,
+            forget_bias=forget_bias, cell_clip=cell_clip, proj_clip=proj_clip, **options,
         )  # fmt: skip

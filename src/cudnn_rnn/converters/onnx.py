@@ -17,7 +17,7 @@ constant folding, and the LSTM and GRU nodes of the ``dynamo=True`` exporter (wh
 that is one stack of RNN layers, the RNN nodes in graph order as the layers. Real models are
 whole networks: :func:`find_rnns` lists every RNN a model holds at any depth (the main graph,
 ``If``/``Loop``/``Scan`` subgraphs, model-local functions) with its path, sizes and every reason
-cuDNN's math does not compute it, and ``from_onnx(path, node=NAME)`` reads one of them whatever
+we cannot compute it, and ``from_onnx(path, node=NAME)`` reads one of them whatever
 else the graph computes. ``W``, ``R`` and ``B`` may be initializers, ``Constant`` nodes (of the
 node's graph or of the graphs around it) or computed from them by plumbing ops (evaluated with
 ``onnx.reference``, sizes bounded before anything is allocated). Initial states and sequence

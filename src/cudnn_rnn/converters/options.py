@@ -24,7 +24,7 @@ __all__ = ["CLI", "PYTHON", "OptionError", "Spelling", "check_options"]
 
 class OptionError(UsageError, TypeError):
     """An option that no reader of the file takes (a typo, ``forgetbias=0.0``; ``cell_clip=``
-    on a TF1 checkpoint; ``merge_layers=`` on an ONNX model): a ``TypeError``, as Python's own
+    on a torch file; ``merge_layers=`` on an ONNX model): a ``TypeError``, as Python's own
     for an unexpected keyword argument, and a :class:`UsageError`, which the command prints as
     one line (exit 2). Its message names the options the file's reader takes, in the caller's
     words (keyword arguments, or the command's options)."""
@@ -57,7 +57,9 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     # Our checkpoints' BasicRNNCell models, and a torch state_dict's plain RNNs, do not record
     # tanh or relu.
     "safetensors": ("activation",),
-    "tf": ("activation", "forget_bias"),  # TF's standard cells: neither is stored
+    # TF's standard cells: none is stored (the activation: any of ours for those cells, tanh or
+    # relu for a cuDNN model's BasicRNNCell names).
+    "tf": ("activation", "forget_bias", "cell_clip", "proj_clip"),
     "onnx": (),  # the file records every activation; nothing else to choose
     "torch": ("activation",),
     "keras_h5": (
@@ -74,6 +76,8 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
 _FLAGS = {
     "activation": "--activation",
     "forget_bias": "--forget-bias",
+    "cell_clip": "--cell-clip",
+    "proj_clip": "--proj-clip",
     "confirm_keras_version": "--keras-version",
     "merge_layers": "--merge-layers",
 }
@@ -141,7 +145,7 @@ def _option_hint(option: str, reader: str, spelling: Spelling) -> str | None:
 
 def _keras_h5_options(activation: str | None) -> dict[str, Any]:
     """``activation`` for a Keras .h5 file: given, it says the plain layers of a weights-only
-    file used cuDNN's activations, its SimpleRNNs this one."""
+    file used Keras's default activations (of the file's version), its SimpleRNNs this one."""
     return {
         "assume_cudnn_activations": activation is not None,
         "simple_rnn_activation": activation or "tanh",

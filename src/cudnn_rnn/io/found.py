@@ -68,7 +68,7 @@ class FoundRNN:
         line = f"{quote(self.name, None)}: {what}" + (f" ({sizes})" if sizes else "")
         line += f" at {self.where}"
         if not self.computable:
-            line += "; cuDNN's math does not compute it: " + "; ".join(self.reasons)
+            line += "; we cannot compute it: " + "; ".join(self.reasons)
         for note in self.notes:
             line += f"; note: {note}"
         return escape(line)

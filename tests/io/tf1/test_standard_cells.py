@@ -1,7 +1,8 @@
 """TF1 checkpoints of TF's standard cells (LSTMCell, BasicLSTMCell, LSTMBlock(Fused)Cell,
 BasicRNNCell, GRUCell, GRUBlockCell; MultiRNNCell, bidirectional_dynamic_rnn,
 stack_bidirectional_dynamic_rnn): listed from the index, read as canonical data, and run by our
-layer to TF's own outputs and final states.
+layer to TF's own outputs and final states. (The variants: peepholes, TF's GRU, separate stacks,
+the clips, are tests/io/tf1/test_cell_variants.py's, on TF's own files of them.)
 
 The fixtures were written by real TensorFlow 2.21 through ``tf.compat.v1``
 (tests/fixtures/make_tf1_cell_fixtures.py says how and what each one holds); the npz beside each
@@ -17,7 +18,6 @@ runs here).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,12 +50,17 @@ COMPUTABLE: dict[str, tuple[str, str, int, int, int, str, int | None]] = {
     "lstm_fused": ("fused", "lstm", 1, 3, 2, "unidirectional", None),
     "old_multi_basic_lstm": ("rnn", "lstm", 2, 3, 2, "unidirectional", None),
     "old_lstm_proj": ("rnn", "lstm", 1, 4, 3, "unidirectional", 2),
+    # Variants of the mode (peepholes; TF's GRU, the reset gate before the product), which
+    # cuDNN's math did not compute and our variant engine does.
+    "peephole": ("rnn", "lstm", 1, 3, 2, "unidirectional", None),
+    "gru": ("rnn", "gru", 1, 3, 2, "unidirectional", None),
+    "gru_block": ("rnn", "gru", 1, 3, 2, "unidirectional", None),
 }
-#: fixture -> (name, mode, units, input_size, what the reason says)
-NOT_COMPUTABLE: dict[str, tuple[str, str, int, int, str]] = {
-    "peephole": ("rnn", "lstm", 3, 2, r"peephole connections \(w_f_diag"),
-    "gru": ("rnn", "gru", 3, 2, r"TF's GRUCell applies the reset gate .* before the recurrent"),
-    "gru_block": ("rnn", "gru", 3, 2, r"TF's GRUBlockCell applies the reset gate"),
+#: fixture -> the variant it is read with (Variant.as_dict()); cuDNN's math where not listed.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "peephole": {"peepholes": True},
+    "gru": {"reset_after": False},
+    "gru_block": {"reset_after": False},
 }
 CLASSES = {
     "lstm_fused": ["LSTMBlockFusedCell"],
@@ -63,7 +68,7 @@ CLASSES = {
     "old_multi_basic_lstm": ["BasicLSTMCell"],
     "basic_rnn": ["BasicRNNCell"],
     "basic_rnn_relu": ["BasicRNNCell"],
-    "gru": ["GRUCell"],
+    "gru": ["GRUCell or GRUBlockCellV2"],
     "gru_block": ["GRUBlockCell"],
 }
 OLD_NAMES = ("old_multi_basic_lstm", "old_lstm_proj")
@@ -103,38 +108,28 @@ def test_find_cells_lists_the_computable_rnn(fixture: str) -> None:
     )
     assert (found.input_size, found.direction, found.num_proj) == (inputs, direction, proj)
     assert found.computable and found.reasons == () and found.format == "tf1"
+    # GRUBlockCell's names are of every generation.
     assert found.details["naming"] == (
-        "weights/biases (TF 1.0)" if fixture in OLD_NAMES else "kernel/bias"
+        "weights/biases (TF 1.0)"
+        if fixture in OLD_NAMES
+        else None
+        if fixture == "gru_block"
+        else "kernel/bias"
     )
     classes = CLASSES.get(fixture, ["LSTMCell or LSTMBlockCell"])
     assert found.details["tf_classes"] == classes
+    assert found.details.get("variant", {}) == VARIANTS.get(fixture, {})
     if mode == "lstm":
         assert found.details["forget_bias"] == (
             "forget_bias is not stored in a checkpoint: TF's default 1.0 is assumed; pass "
             "forget_bias= to change it"
         )
+        assert found.details["not_stored"] == cells.LSTM_NOT_STORED_NOTE
+    elif mode == "gru":
+        assert found.details["not_stored"] == cells.GRU_NOT_STORED_NOTE
     else:
         assert found.details["activation_known"] is False
         assert "activation='relu'" in found.details["activation"]
-
-
-@pytest.mark.parametrize("fixture", sorted(NOT_COMPUTABLE))
-def test_find_cells_lists_what_cudnn_does_not_compute_with_sizes_and_reason(fixture: str) -> None:
-    name, mode, units, inputs, reason = NOT_COMPUTABLE[fixture]
-    found = _only(fixture)
-    assert not found.computable
-    assert (found.name, found.mode, found.num_units, found.input_size) == (
-        name,
-        mode,
-        units,
-        inputs,
-    )
-    assert len(found.reasons) == 1
-    assert re.search(reason, found.reasons[0]), found.reasons[0]
-    assert "cuDNN's math does not compute it" in found.describe()
-    assert found.details["tf_classes"] == CLASSES.get(fixture, ["LSTMCell or LSTMBlockCell"])
-    # GRUBlockCell's names are of every generation.
-    assert found.details["naming"] == (None if fixture == "gru_block" else "kernel/bias")
 
 
 def test_optimizer_slots_and_counters_are_not_read_as_cells() -> None:
@@ -203,7 +198,8 @@ def test_old_gru_names_and_old_bidirectional_pairs() -> None:
     found = {f.name: f for f in find_cells(shapes, "tf1")}
     assert sorted(found) == ["bidirectional_rnn", "rnn"]
     gru, bidi = found["rnn"], found["bidirectional_rnn"]
-    assert (gru.mode, gru.num_units, gru.input_size, gru.computable) == ("gru", 3, 2, False)
+    assert (gru.mode, gru.num_units, gru.input_size, gru.computable) == ("gru", 3, 2, True)
+    assert gru.details["variant"] == {"reset_after": False}
     assert gru.details["naming"] == "weights/biases (TF 1.0)"
     assert (bidi.mode, bidi.direction, bidi.num_units, bidi.computable) == (
         "lstm",
@@ -272,16 +268,16 @@ def test_bidirectional_pair_of_multi_rnn_cell_stacks() -> None:
         3,
         2,
     )
-    assert not found.computable
-    assert found.reasons == (
-        "bidirectional_dynamic_rnn over two MultiRNNCell stacks of 2 layers: each direction "
-        "runs its own stack, while cuDNN's bidirectional layer l+1 reads both directions' "
-        "outputs of layer l (as stack_bidirectional_dynamic_rnn's layers do)",
-    )
-    # One layer a direction is one bidirectional layer.
+    # Each direction runs its own stack (layer 1 reads its own direction's layer 0, a kernel of
+    # [3 + 3, 12]): a variant, separate stacks.
+    assert found.computable and found.details["variant"] == {"stacks": "separate"}
+    assert found.notes[0] == "it computes lstm with a variant: separate forward and backward stacks"
+    assert "(separate fw and bw stacks: MultiRNNCell of 2 x " in found.where
+    # One layer a direction is one bidirectional layer of cuDNN's.
     one = {n: s for n, s in shapes.items() if "cell_1" not in n}
     (found,) = find_cells(one, "tf1")
     assert found.computable and (found.num_layers, found.direction) == (1, "bidirectional")
+    assert "variant" not in found.details
 
 
 def test_static_stack_bidirectional_names() -> None:
@@ -493,18 +489,25 @@ def test_a_name_not_held_is_refused_naming_those_held() -> None:
         read_cells(_prefix("lstm"), "encoder")
 
 
-@pytest.mark.parametrize("fixture", sorted(NOT_COMPUTABLE))
-def test_what_cudnn_does_not_compute_is_refused_with_the_reasons(fixture: str) -> None:
-    reason = NOT_COMPUTABLE[fixture][-1]
-    with pytest.raises(TF1CellsError, match=r"cuDNN's math does not compute it: " + reason):
-        read_cells(_prefix(fixture), "rnn")
+def test_what_cannot_be_read_is_refused_with_the_reasons(tmp_path: Path) -> None:
+    shapes = {
+        **_lstm("rnn/multi_rnn_cell/cell_0/lstm_cell", 3, 4),
+        **_lstm("rnn/multi_rnn_cell/cell_1/lstm_cell", 4, 3),
+    }
+    prefix = str(tmp_path / "uneven")
+    tf1_bundle.write_bundle(prefix, {n: np.zeros(s, np.float32) for n, s in shapes.items()})
+    says = r"^read_cells: TF1 checkpoint .*: 'rnn': .*its cells differ in num_units \(3, 4\)"
+    with pytest.raises(TF1CellsError, match=says):
+        read_cells(prefix, "rnn")
 
 
 def test_bad_options_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"activation must be None, 'tanh' or 'relu', got 'gelu'"):
+    with pytest.raises(
+        ValueError,
+        match=r"activation must be None \(TF's default tanh\) or one of 'sigmoid', 'tanh', "
+        r"'relu', .*, got 'gelu'",
+    ):
         read_cells(_prefix("basic_rnn"), "rnn", activation="gelu")
-    with pytest.raises(ValueError, match=r"'rnn' is an LSTM, whose activation in cuDNN is tanh"):
-        read_cells(_prefix("lstm"), "rnn", activation="relu")
     with pytest.raises(TypeError, match=r"forget_bias must be a float, got str '1'"):
         read_cells(_prefix("lstm"), "rnn", forget_bias="1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"forget_bias must be finite, got nan"):

@@ -1,7 +1,7 @@
 """Keras 2 / tf.keras 1.x HDF5 files (``.h5``) -> our layers, without TensorFlow or Keras.
 
 Reads what ``model.save("m.h5")`` (weights + the ``model_config`` JSON) and
-``model.save_weights("w.h5")`` (weights only) wrote, for the layers cuDNN's math computes:
+``model.save_weights("w.h5")`` (weights only) wrote:
 
 =====================================  ==========  =========================================
 Keras 2 layer                          our mode    weights (per direction), Keras gate order
@@ -10,33 +10,35 @@ Keras 2 layer                          our mode    weights (per direction), Kera
                                                    ``bias [8H]`` = (``bW``, ``bR``); i, f, c, o
 ``CuDNNGRU``                           gru         ``[I, 3H]``, ``[H, 3H]``, ``bias [6H]``; z, r, h
 ``LSTM``                               lstm        ``[I, 4H]``, ``[H, 4H]``, ``bias [4H]``
-``GRU(reset_after=True)``              gru         ``[I, 3H]``, ``[H, 3H]``, ``bias [2, 3H]``
-``SimpleRNN`` (tanh / relu)            rnn_*       ``[I, H]``, ``[H, H]``, ``bias [H]``
-``Bidirectional`` (``concat``) of one  as inside   forward weights, then backward
+``GRU``                                gru         ``[I, 3H]``, ``[H, 3H]``, ``bias [2, 3H]``
+                                                   (``reset_after=False``: ``[3H]``)
+``SimpleRNN``                          rnn_*       ``[I, H]``, ``[H, H]``, ``bias [H]``
+``Bidirectional`` of one               as inside   forward weights, then backward
 =====================================  ==========  =========================================
 
 The CuDNN layers hand each gate's ``[I, H]`` column slice of ``kernel`` to cuDNN as the bytes of
 its ``[H, I]`` matrix (a reshape, not a transpose) and each ``[H, H]`` slice of
 ``recurrent_kernel`` unchanged; the plain layers compute ``x @ kernel``, so theirs are transposed.
-Keras 2's own loader (``_convert_rnn_weights``) converts between the two the same way. Plain
-LSTM/SimpleRNN keep one bias, which becomes ``bW`` (``bR = 0``); ``use_bias=False`` gives zero
-biases. Every conversion is lossless.
+Keras 2's own loader (``_convert_rnn_weights``) converts between the two the same way. A plain
+layer's one bias per gate becomes ``bW`` (``bR = 0``); ``use_bias=False`` gives zero biases.
+Every conversion is lossless. Keras 2.0 named a Bidirectional's backward weights ``kernel_1``,
+``recurrent_kernel_1`` and ``bias_1`` (both layers in one name scope): read as the backward ones.
 
-What cuDNN cannot compute is refused, naming the layer and the setting (every setting of every
-layer that cannot be read, in one error): ``recurrent_activation``
-other than ``sigmoid`` (``hard_sigmoid`` was Keras's default before 2.3), ``activation`` other
-than ``tanh`` (``tanh``/``relu`` for SimpleRNN), ``GRU(reset_after=False)`` (the default of
-tf.keras 1.x), ``Bidirectional`` merge modes other than ``concat`` (or whose forward layer reads
-backward), and RNN layers of other classes (``RNN(cell)``, ``ConvLSTM2D``...). A layer with
-``go_backwards=True`` outside ``Bidirectional`` is cuDNN's math on the input reversed in time: it
-is read, never merged with its neighbours, and its record says how to feed it
-(:data:`cudnn_rnn.io.keras.layout.GO_BACKWARDS_NOTE`). Settings
-that do not change the weights or the inference math are accepted: ``unit_forget_bias`` (only an
-initializer), ``return_sequences``/``return_state``, ``time_major``, ``unroll``,
-``implementation``, ``dropout``/``recurrent_dropout`` (training only; our layers get no dropout)
-and ``stateful`` (carrying the state from batch to batch is then the caller's job: pass
-``initial_state``). Masks (a ``Masking`` layer) are not part of the weights: pass
-``sequence_lengths``. Other layers (``Dense``, ``Embedding``...) are skipped.
+What each layer computes beyond cuDNN's math is its spec's
+:class:`~cudnn_rnn.core.variant.Variant` (:mod:`.variants`: the activations, with the
+``hard_sigmoid`` of the Keras the file's ``keras_version`` names; ``GRU(reset_after=False)``;
+``go_backwards=True`` outside ``Bidirectional``, a layer never merged with its neighbours; the
+``Bidirectional``'s ``merge_mode``); its record says the variant in ``details["variant"]`` and in
+its first note. Refused, naming the layer and the setting (every setting of every layer that
+cannot be read, in one error), is what we do not compute: an activation we have no function for,
+``merge_mode=None``, a ``Bidirectional`` whose directions compute different math (or whose
+forward layer reads backward), and RNN layers of other classes (``RNN(cell)``,
+``ConvLSTM2D``...). Settings that do not change the weights or the inference math are accepted:
+``unit_forget_bias`` (only an initializer), ``return_sequences``/``return_state``,
+``time_major``, ``unroll``, ``implementation``, ``dropout``/``recurrent_dropout`` (training only;
+our layers get no dropout) and ``stateful`` (carrying the state from batch to batch is then the
+caller's job: pass ``initial_state``). Masks (a ``Masking`` layer) are not part of the weights:
+pass ``sequence_lengths``. Other layers (``Dense``, ``Embedding``...) are skipped.
 
 Nested models (a ``Sequential`` or ``Functional`` model used as a layer of another, at any depth)
 are read: their RNN layers come in the outer model's order, named by their path
@@ -49,30 +51,32 @@ recorded: ``encoder/gru``); a Bidirectional's own ``forward_...``/``backward_...
 two directions, never two layers.
 
 A weights-only file records no activations: its layer classes come from the weight shapes (a CuDNN
-layer's bias is twice a plain one's). CuDNN layers always compute cuDNN's math; plain ``LSTM``,
-``GRU`` and ``SimpleRNN`` layers are refused unless ``assume_cudnn_activations=True`` says you
-know they used tanh with sigmoid gates (and ``reset_after=True`` for a GRU without bias), with
+layer's bias is twice a plain one's; a GRU's ``[3H]`` bias is ``reset_after=False``'s). CuDNN
+layers always compute cuDNN's math; plain ``LSTM``, ``GRU`` and ``SimpleRNN`` layers are refused
+unless ``assume_cudnn_activations=True`` says you know they used Keras's default activations: tanh
+and the gates the file's Keras defaulted to (``reset_after=True`` for a GRU without bias; a
+``Bidirectional``'s merge mode, which it does not record either, Keras's ``"concat"``), with
 SimpleRNNs computing ``simple_rnn_activation``: ``"tanh"`` (Keras's default) or ``"relu"`` for
 all of them, or a ``{layer name: "tanh" | "relu"}`` mapping (unlisted SimpleRNNs: ``"tanh"``).
 
-That word is not enough for the plain ``LSTM`` and ``GRU`` layers of a weights-only file whose
-``keras_version`` is below 2.3 (``"2.2.4"``, tf.keras's ``"2.2.4-tf"``...), is not a version, or
-is missing: before Keras 2.3 their ``recurrent_activation`` defaulted to ``hard_sigmoid``, so a
-model built with the defaults would load silently and compute something else (see "the Keras that
-wrote the file" below for the rule and its sources). They are refused, naming the version and the
-layers, unless ``confirm_keras_version`` repeats the file's ``keras_version`` (``"unknown"`` for a
-file without one): your second word that they were built with ``recurrent_activation="sigmoid"``.
-Whole-model files are judged by their config, which records every activation, whatever the
-version; CuDNN layers and SimpleRNNs have no recurrent activation to choose.
+Those default gates are ``hard_sigmoid`` for the plain ``LSTM`` and ``GRU`` layers of a
+weights-only file whose ``keras_version`` is below 2.3 (``"2.2.4"``, tf.keras's ``"2.2.4-tf"``...),
+is not a version, or is missing (the rule and its sources: :mod:`.variants`): they are read so,
+and each record's note says it, naming the version, unless ``confirm_keras_version`` repeats the
+file's ``keras_version`` (``"unknown"`` for a file without one): your word that they were built
+with ``recurrent_activation="sigmoid"``. Whole-model files are judged by their config, which
+records every activation, whatever the version; CuDNN layers and SimpleRNNs have no recurrent
+activation to choose.
 
 ``merge_layers=True`` returns each run of consecutive compatible RNN layers as one multi-layer
-layer of ours, named ``"first+second+..."``. Compatible: same mode, same units, all
-unidirectional or all ``Bidirectional(merge_mode="concat")``, one weight dtype, the same
-``time_major``, and ``return_sequences=True`` in all but the last. Consecutive, within one model
-(never across a nested model's boundary): in a ``Sequential``, the next layer, with nothing in
-between (a ``Dropout`` or ``Dense`` ends a run); in a ``Functional`` model, the one layer whose
-only input is the previous layer's first output, with no other call argument (no
-``initial_state``), the previous layer called once and its outputs used nowhere else (not by
+layer of ours, named ``"first+second+..."``. Compatible: same mode, same variant (no
+``go_backwards``: its outputs are in processing order), same units, all unidirectional or all
+``Bidirectional`` (one merge mode; each reads the merged output of the one before), one weight
+dtype, the same ``time_major``, and ``return_sequences=True`` in all but the last. Consecutive,
+within one model (never across a nested model's boundary): in a ``Sequential``, the next layer,
+with nothing in between (a ``Dropout`` or ``Dense`` ends a run); in a ``Functional`` model, the
+one layer whose only input is the previous layer's first output, with no other call argument
+(no ``initial_state``), the previous layer called once and its outputs used nowhere else (not by
 another layer, not as a model output: merging would hide them). A weights-only file records none
 of this, so ``merge_layers`` refuses it; ``layers`` picks are merged only with picked neighbours.
 
@@ -124,6 +128,7 @@ from torch import Tensor
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import Variant
 from cudnn_rnn.io import files
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.gate_blocks import BlockKey
@@ -144,7 +149,6 @@ from cudnn_rnn.io.keras.h5_layers import (
     _weights_root,
 )
 from cudnn_rnn.io.keras.h5_plans import (
-    KERAS2_DEFAULTS,
     SIGMOID_DEFAULT_SINCE,
     UNKNOWN_KERAS_VERSION,
     _Found,
@@ -154,10 +158,9 @@ from cudnn_rnn.io.keras.h5_plans import (
     _refusal,
     _Refused,
 )
-from cudnn_rnn.io.keras.layout import GO_BACKWARDS_NOTE, canonical_of_blocks, keras_blocks
+from cudnn_rnn.io.keras.layout import canonical_of_blocks, keras_blocks
 
 __all__ = [
-    "KERAS2_DEFAULTS",
     "MAX_CONFIG",
     "SIGMOID_DEFAULT_SINCE",
     "UNKNOWN_KERAS_VERSION",
@@ -190,6 +193,7 @@ class _Stack:
     def config(self) -> dict[str, Any]:
         first = self.plans[0].config()
         classes = list(dict.fromkeys(p.keras_class for p in self.plans))
+        notes = list(dict.fromkeys(n for p in self.plans for n in p.notes))
         return {
             "layer": self.name,
             "keras_layers": [p.name for p in self.plans],
@@ -199,6 +203,8 @@ class _Stack:
             "num_units": first["num_units"],
             "input_size": first["input_size"],
             "direction": first["direction"],
+            **({"variant": first["variant"]} if "variant" in first else {}),
+            **({"notes": notes} if notes else {}),
         }
 
 
@@ -247,9 +253,10 @@ def describe_keras_h5(
     time_limit: float | None = None,
 ) -> list[dict[str, Any]]:
     """What each RNN layer of the file becomes (its ``layer`` name, Keras class, mode, units,
-    input size, direction, and ``go_backwards: True`` for a layer that reads its input
-    backward) or, under ``"refused"``, why it cannot; with ``merge_layers=True``,
-    merged runs are one entry that adds ``keras_layers`` and ``num_layers``. No weight is read.
+    input size, direction, and where it is not cuDNN's math its ``variant``
+    (:meth:`~cudnn_rnn.core.variant.Variant.as_dict`) and ``notes``) or, under ``"refused"``, why
+    it cannot; with ``merge_layers=True``, merged runs are one entry that adds ``keras_layers``
+    and ``num_layers``. No weight is read.
     The file is read by a separate process, as for :func:`read_layers`."""
     options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
     _check_merge_layers(merge_layers)
@@ -270,9 +277,9 @@ def describe_keras_h5(
 
 
 def find_rnns(path: str | os.PathLike[str], **options: Any) -> list[FoundRNN]:
-    """Every RNN layer of the file (nested models' by their path), what it becomes and, where it
-    cannot be read, every reason; ``options`` as :func:`describe_keras_h5`'s. No weight is read.
-    A ``go_backwards=True`` layer says how to feed it in ``details["note"]``."""
+    """Every RNN layer of the file (nested models' by their path), what it becomes (its variant
+    in ``details["variant"]`` and its first note) and, where it cannot be read, every reason;
+    ``options`` as :func:`describe_keras_h5`'s. No weight is read."""
     return [found_record(entry, files.HDF5) for entry in describe_keras_h5(path, **options)]
 
 
@@ -287,9 +294,10 @@ def read(
     time_limit: float | None = None,
 ) -> ReadRNN:
     """The RNN layer ``name`` of the file (as :func:`find_rnns` lists it, ``"a+b"`` for a
-    merged run with ``merge_layers=True``) as pure data: its spec and canonical tensors, in the
-    file's dtype, with what a user must know to feed it (``go_backwards``) in ``notes``. Only
-    that layer must be readable; options as :func:`read_layers`'s."""
+    merged run with ``merge_layers=True``) as pure data: its spec (its variant included) and
+    canonical tensors, in the file's dtype, with its record's notes (the variant; a default the
+    file's Keras version decided). Only that layer must be readable; options as
+    :func:`read_layers`'s."""
     options = _options(assume_cudnn_activations, confirm_keras_version, simple_rnn_activation)
     _check_merge_layers(merge_layers)
     h5 = _read(path, True, time_limit)
@@ -309,15 +317,18 @@ def read(
 
 def found_record(entry: Mapping[str, Any], kind: str) -> FoundRNN:
     """The :class:`FoundRNN` of one entry of :func:`describe_keras_h5` (or of the Keras 3
-    reader's), in a file of ``kind``."""
+    reader's), in a file of ``kind``: a variant of cuDNN's math is in ``details["variant"]``
+    (:meth:`~cudnn_rnn.core.variant.Variant.as_dict`) and said in its first note."""
     name = str(entry["layer"])
     if "refused" in entry:
         reasons = tuple(str(r) for r in entry["reasons"])
         where = f"Keras layer {name!r}"
         return FoundRNN(name, where, kind, None, computable=False, reasons=reasons)
-    details = {k: v for k, v in entry.items() if k in ("keras_class", "keras_layers")}
-    if entry.get("go_backwards"):
-        details.update(go_backwards=True, note=GO_BACKWARDS_NOTE)
+    details = {k: v for k, v in entry.items() if k in ("keras_class", "keras_layers", "variant")}
+    notes = tuple(str(n) for n in entry.get("notes", ()))
+    if "variant" in entry:
+        words = Variant.from_dict(entry["variant"]).describe()
+        notes = (f"it computes {entry['rnn_mode']} with a variant: {words}", *notes)
     return FoundRNN(
         name,
         f"Keras layer {name!r} ({files.escape(str(entry['keras_class']))})",
@@ -328,7 +339,7 @@ def found_record(entry: Mapping[str, Any], kind: str) -> FoundRNN:
         input_size=int(entry["input_size"]),
         direction=str(entry["direction"]),
         details=details,
-        notes=(GO_BACKWARDS_NOTE,) if entry.get("go_backwards") else (),
+        notes=notes,
     )
 
 
@@ -336,8 +347,7 @@ def read_record(h5: _File, unit: _Stack, kind: str) -> ReadRNN:
     """One checked layer (or merged run) of a file read with its values, as pure data."""
     spec, weights, biases = _canonical(h5, unit.plans)
     found = found_record(unit.plans[0].config() if len(unit.plans) == 1 else unit.config(), kind)
-    notes = (GO_BACKWARDS_NOTE,) if any(p.go_backwards for p in unit.plans) else ()
-    return ReadRNN(found, spec, weights, biases, notes)
+    return ReadRNN(found, spec, weights, biases, found.notes)
 
 
 def keras_h5_weights(
@@ -452,13 +462,14 @@ def _stackable(a: _Plan, b: _Plan, found: _Found) -> bool:
     first, second = found.leaves[a.name].entry, found.leaves[b.name].entry
     if first is None or second is None:  # pragma: no cover - a config gives every layer one
         return False
-    dirs = len(a.directions)
     return (
         a.mode == b.mode
-        and not (a.go_backwards or b.go_backwards)  # each reads its own input backward
+        and a.variant == b.variant
+        # its outputs in processing order: the next layer would read them reversed
+        and a.variant.time != "go_backwards"
         and a.num_units == b.num_units
-        and dirs == len(b.directions)
-        and b.input_size == dirs * a.num_units
+        and len(a.directions) == len(b.directions)
+        and b.input_size == a.output_width
         and len(a.dtypes) == 1
         and a.dtypes == b.dtypes
         and _rnn_setting(first, "return_sequences") is True
@@ -516,10 +527,10 @@ def _canonical(h5: _File, plans: tuple[_Plan, ...]) -> tuple[RNNSpec, list[Tenso
             if plan.cudnn and bias is not None:  # a CuDNN layer always has a bias (checked)
                 made = _cudnn_blocks(kernel, recurrent, bias, plan.mode)
             else:
-                made = keras_blocks(kernel, recurrent, bias, plan.mode)
+                made = keras_blocks(kernel, recurrent, bias)
             blocks.update({(index, d, kind): value for kind, value in made.items()})
     first = plans[0]
-    return canonical_of_blocks(first.mode, blocks, len(plans), len(first.directions))
+    return canonical_of_blocks(first.mode, blocks, len(plans), len(first.directions), first.variant)
 
 
 def _cudnn_blocks(

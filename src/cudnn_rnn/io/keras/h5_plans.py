@@ -1,27 +1,29 @@
 """What each RNN layer of a Keras file becomes, or every reason it cannot be read.
 
-A :class:`_Plan` is an RNN layer checked: our mode, its Keras class, and its weights (a
-:class:`_Direction` each way) checked against what the layer implies. A :class:`_Refused` is one
-whose math is not cuDNN's, with a sentence for each setting that says so and what to do;
-:func:`_refusal` puts every reason of every refused layer in one message.
+A :class:`_Plan` is an RNN layer checked: our mode and :class:`~cudnn_rnn.core.variant.Variant`,
+its Keras class, and its weights (a :class:`_Direction` each way) checked against what the layer
+implies. A :class:`_Refused` is one that computes something we do not, with a sentence for each
+setting that says so and what to do; :func:`_refusal` puts every reason of every refused layer in
+one message.
 
-A layer with a config is judged by its class and settings (:func:`_judge`,
-:func:`_plan_from_config`); a setting the config leaves out takes the defaults of the Keras that
-wrote it (:data:`KERAS2_DEFAULTS` here; :mod:`.keras3` judges its layers with these functions
-and Keras 3's defaults). A layer of a weights-only file has only its weights' shapes
-(:func:`_plan_from_shapes`) and the caller's word for its activations (:class:`_Options`), which
-is not enough where the file's ``keras_version`` predates sigmoid gates (the rule below).
-:func:`_plans` judges every layer that :mod:`.h5_layers` finds in a Keras 2 file.
+A layer with a config is judged by its class and settings (:func:`.variants.judge`,
+:func:`_plan_from_config`), as the Keras that wrote it meant them (a
+:class:`~.variants.Dialect`: which ``hard_sigmoid``, the defaults of a setting the config leaves
+out). A layer of a weights-only file has only its weights' shapes (:func:`_plan_from_shapes`) and
+the caller's word for its activations (:class:`_Options`): Keras's defaults, which depend on the
+file's ``keras_version`` (hard_sigmoid gates before Keras 2.3). :func:`_plans` judges every layer
+that :mod:`.h5_layers` finds in a Keras 2 file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
+from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.gates import GATE_ORDERS
+from cudnn_rnn.core.variant import CUDNN, Activation, Variant
 from cudnn_rnn.io import files
 from cudnn_rnn.io.keras.h5_file import (
     _MISSING,
@@ -49,21 +51,17 @@ from cudnn_rnn.io.keras.h5_layers import (
     _weights_only_leaves,
     _weights_root,
 )
+from cudnn_rnn.io.keras.variants import (
+    CLASSES,
+    SIGMOID_DEFAULT_SINCE,
+    UNKNOWN_KERAS_VERSION,
+    Dialect,
+    Judged,
+    judge,
+    merged,
+)
 
-__all__ = ["KERAS2_DEFAULTS", "SIGMOID_DEFAULT_SINCE", "UNKNOWN_KERAS_VERSION"]
-
-#: Keras class -> (our mode for LSTM/GRU, or None for SimpleRNN; written by a CuDNN layer).
-_CLASSES: dict[str, tuple[str | None, bool]] = {
-    "CuDNNLSTM": (CUDNN_LSTM, True),
-    "CuDNNGRU": (CUDNN_GRU, True),
-    "LSTM": (CUDNN_LSTM, False),
-    "GRU": (CUDNN_GRU, False),
-    "SimpleRNN": (None, False),
-}
-#: What a Keras 2 reader assumes for a setting its config leaves out: the defaults of the oldest
-#: Keras that wrote such files (hard_sigmoid before 2.3, reset_after=False in tf.keras 1.x), so
-#: that a config without them is never read as cuDNN's math by mistake.
-KERAS2_DEFAULTS: Mapping[str, Any] = {"recurrent_activation": "hard_sigmoid", "reset_after": False}
+__all__ = ["SIGMOID_DEFAULT_SINCE", "UNKNOWN_KERAS_VERSION"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,8 @@ class _Plan:
     mode: str
     cudnn: bool
     directions: tuple[_Direction, ...]
-    go_backwards: bool = False  # a layer alone that reads its input backward (see keras.py)
+    variant: Variant = CUDNN
+    notes: tuple[str, ...] = ()  # what the file leaves to a default a user should know
 
     @property
     def num_units(self) -> int:
@@ -110,6 +109,12 @@ class _Plan:
     @property
     def input_size(self) -> int:
         return int(self.directions[0].kernel.shape[0])
+
+    @property
+    def output_width(self) -> int:
+        """The width of its output: both directions' side by side, or merged into one."""
+        dirs = len(self.directions) if self.variant.merge == "concat" else 1
+        return dirs * self.num_units
 
     @property
     def dtypes(self) -> set[str]:
@@ -124,7 +129,8 @@ class _Plan:
             "num_units": self.num_units,
             "input_size": self.input_size,
             "direction": "bidirectional" if len(self.directions) == 2 else "unidirectional",
-            **({"go_backwards": True} if self.go_backwards else {}),
+            **({} if self.variant.is_cudnn else {"variant": self.variant.as_dict()}),
+            **({"notes": list(self.notes)} if self.notes else {}),
         }
 
 
@@ -132,9 +138,9 @@ class _Plan:
 class _Options:
     """What the caller says about what the file does not record."""
 
-    assume: bool  # plain layers of a weights-only file used cuDNN's activations
-    confirm: str | None  # ... even though its keras_version defaulted them to hard_sigmoid
-    simple_activation: Mapping[str, str]
+    assume: bool  # plain layers of a weights-only file used Keras's default activations
+    confirm: str | None  # ... but sigmoid gates, where the file's Keras defaulted to hard_sigmoid
+    simple_activation: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,25 +156,7 @@ class _Found:
         return _Found([p for p in self.plans if p.name in names], self.leaves, self.links)
 
 
-# -- the Keras that wrote the file -----------------------------------------------------------
-#
-# Keras 2.3.0 (September 2019) made "sigmoid" the default recurrent_activation of LSTM and GRU
-# ("Change default recurrent activation to sigmoid (from hard_sigmoid) in all RNN layers", its
-# release notes); every Keras before it, 1.x included, defaulted to "hard_sigmoid". tf.keras
-# followed in TF 2.0 (TF 1.x's tf.keras.layers.LSTM/GRU defaulted to hard_sigmoid). The
-# version a file records is ``keras_version``: standalone Keras wrote its own ("2.2.4"), tf.keras
-# its own with "-tf" ("2.1.6-tf", "2.2.4-tf" in TF 1.13-1.15, and also in TF 2.0 and 2.1, whose
-# layers already defaulted to sigmoid: the file cannot tell those apart, so "2.2.4-tf" counts as
-# old), then "2.3.0-tf", "2.4.0"... and tf-keras its package version ("2.21.0"). A version below
-# 2.3, one that is not a version number, and no keras_version at all (Keras's own loader takes
-# that for a Keras 1 file) mean the plain layers of a weights-only file may have computed
-# hard_sigmoid without anyone choosing it. ``backend`` plays no part: the default was the same on
-# every backend.
-
-#: The first Keras whose LSTM and GRU defaulted to recurrent_activation="sigmoid".
-SIGMOID_DEFAULT_SINCE = (2, 3)
-#: ``confirm_keras_version`` for a file without a ``keras_version`` attribute.
-UNKNOWN_KERAS_VERSION = "unknown"
+# -- the Keras that wrote the file (its rules: .variants) ----------------------------------
 
 
 def _keras_version(h5: _File, root: _Node) -> str:
@@ -181,36 +169,23 @@ def _keras_version(h5: _File, root: _Node) -> str:
     return UNKNOWN_KERAS_VERSION
 
 
-def _predates_sigmoid_default(version: str) -> bool:
-    """Whether LSTM and GRU defaulted to hard_sigmoid in the Keras that wrote ``version`` (yes
-    for anything that does not start with a major and a minor version number)."""
-    numbers = []
-    for part in version.split(".")[:2]:
-        digits = ""
-        for char in part:
-            if char not in "0123456789":
-                break
-            digits += char
-        if not digits:
-            return True
-        numbers.append(int(digits))
-    return len(numbers) < 2 or tuple(numbers) < SIGMOID_DEFAULT_SINCE
-
-
-def _old_keras_problem(version: str) -> str:
-    if version == UNKNOWN_KERAS_VERSION:
+def _default_gates(dialect: Dialect, confirm: str | None) -> tuple[Activation, tuple[str, ...]]:
+    """The gates' activation of a weights-only file's plain LSTM and GRU layers built with
+    Keras's defaults, and the note that says so where that default was hard_sigmoid."""
+    if confirm is not None or not dialect.predates_sigmoid:
+        return Activation("sigmoid"), ()
+    version = files.escape(repr(dialect.version))  # the file's text, shown escaped
+    if dialect.version == UNKNOWN_KERAS_VERSION:
         who = (
             "this weights-only file has no keras_version attribute (Keras's own loader then "
             "takes it for a Keras 1 file)"
         )
     else:
-        who = f"this weights-only file's keras_version is {version!r}"
-    return (
-        f"recurrent_activation unknown: {who}, and before Keras 2.3 LSTM and GRU defaulted to "
-        "recurrent_activation='hard_sigmoid', not cuDNN's 'sigmoid' (the outputs would differ), "
-        "so assume_cudnn_activations=True is not enough: if they were built with "
-        f"recurrent_activation='sigmoid', say so again with confirm_keras_version={version!r}, "
-        "or read the whole-model file, whose config records it."
+        who = f"this weights-only file's keras_version is {version}"
+    return dialect.hard_sigmoid, (
+        f"recurrent_activation {dialect.hard_sigmoid.describe()}, Keras's default before 2.3: "
+        f"{who}, and the file does not record the activation; if the layers were built with "
+        f"recurrent_activation='sigmoid', pass confirm_keras_version={version}.",
     )
 
 
@@ -223,9 +198,7 @@ def _plans(h5: _File, options: _Options) -> _Found:
     root = _weights_root(h5)
     names = _layer_names(h5, root)
     model = _config_model(h5)
-    version = None
-    if model is None or options.confirm is not None:
-        version = _keras_version(h5, root)
+    version = _keras_version(h5, root)
     if options.confirm is not None and options.confirm != version:
         raise ValueError(
             f"{h5.who}: confirm_keras_version={options.confirm!r}, but the file's "
@@ -239,7 +212,7 @@ def _plans(h5: _File, options: _Options) -> _Found:
         links = _links(model)
     plans: list[_Plan | _Refused] = []
     for leaf in leaves:
-        plan = _plan(h5, root, leaf, names, options, version)
+        plan = _plan(h5, root, leaf, names, options, Dialect(version))
         if plan is not None:
             plans.append(plan)
     return _Found(plans, {leaf.name: leaf for leaf in leaves}, links)
@@ -251,7 +224,7 @@ def _plan(
     leaf: _Leaf,
     names: list[str],
     options: _Options,
-    version: str | None,
+    dialect: Dialect,
 ) -> _Plan | _Refused | None:
     """What a layer becomes; None for a layer that is not an RNN, _Refused for an RNN that
     cannot be read as it is. KerasH5Error for weights that do not fit."""
@@ -261,7 +234,7 @@ def _plan(
         if not any(_base(w) == "recurrent_kernel" for w in leaf.weights):
             return None
         directions = _read_directions(h5, _group(h5, root, leaf.group), leaf.name, leaf.weights)
-        return _plan_from_shapes(leaf.name, directions, where, options, version)
+        return _plan_from_shapes(leaf.name, directions, where, options, dialect)
     cls = entry.get("class_name")
     if not isinstance(cls, str) or not _is_rnn_class(cls, entry):
         return None
@@ -284,12 +257,12 @@ def _plan(
                 f"named {leaf.own}/...)."
             )
     directions = _read_directions(h5, group, leaf.name, weights)
-    return _plan_from_config(leaf.name, entry, directions, where)
+    return _plan_from_config(leaf.name, entry, directions, where, dialect)
 
 
 def _is_rnn_class(cls: str, entry: dict[str, Any]) -> bool:
     """Whether a config entry is an RNN layer (ours or one we must refuse, never skip)."""
-    if cls == _WRAPPER or cls in _CLASSES:
+    if cls == _WRAPPER or cls in CLASSES:
         return True
     if cls in ("TimeDistributed",):
         return _has_rnn(entry)
@@ -301,6 +274,15 @@ def _base(weight_name: str) -> str:
     return weight_name.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
+#: A weight's role by its base name. Keras 2.0 built a Bidirectional's two layers in one name
+#: scope, so TensorFlow named the backward layer's weights ``kernel_1``, ``recurrent_kernel_1``
+#: and ``bias_1`` (``bidirectional_1/kernel_1:0``).
+_ROLES = {
+    **{role: role for role in ("kernel", "recurrent_kernel", "bias")},
+    **{f"{role}_1": role for role in ("kernel", "recurrent_kernel", "bias")},
+}
+
+
 def _read_directions(
     h5: _File, group: _Group, layer: str, names: Sequence[str]
 ) -> tuple[_Direction, ...]:
@@ -308,7 +290,7 @@ def _read_directions(
     where = f"{h5.who}: layer {layer!r}"
     runs: list[list[str]] = []
     for w in names:
-        if _base(w) == "kernel":
+        if _ROLES.get(_base(w)) == "kernel":
             runs.append([])
         if not runs:
             raise KerasH5Error(f"{where}: weight {w!r} comes before any kernel.")
@@ -319,7 +301,7 @@ def _read_directions(
         )
     out = []
     for run in runs:
-        bases = [_base(w) for w in run]
+        bases = [_ROLES.get(_base(w), _base(w)) for w in run]
         if bases not in (["kernel", "recurrent_kernel"], ["kernel", "recurrent_kernel", "bias"]):
             raise KerasH5Error(
                 f"{where}: weights {bases}, expected kernel, recurrent_kernel and bias (or no "
@@ -377,46 +359,49 @@ def _plan_from_shapes(
     directions: tuple[_Direction, ...],
     where: str,
     options: _Options,
-    version: str | None,
+    dialect: Dialect,
 ) -> _Plan | _Refused:
-    gates, cudnn, variant = _shape_family(directions, where)
-    mode = {4: CUDNN_LSTM, 3: CUDNN_GRU}.get(gates, f"rnn_{options.simple_activation[name]}")
+    """What a layer of a weights-only file becomes: a CuDNN layer by its bias, a plain one with
+    Keras's default activations where the caller says it used them (``assume``)."""
+    gates, cudnn, reset = _shape_family(directions, where)
     if cudnn:  # a CuDNN layer: no activation to choose, whatever Keras wrote it
-        cls = "CuDNNLSTM" if mode == CUDNN_LSTM else "CuDNNGRU"
-        return _Plan(name, cls, mode, True, directions)
-    cls = {CUDNN_LSTM: "LSTM", CUDNN_GRU: "GRU"}.get(mode, "SimpleRNN")
-    if variant == "reset_before":  # refused whatever the activations were
+        mode = CUDNN_LSTM if gates == 4 else CUDNN_GRU
+        return _Plan(name, "CuDNNLSTM" if gates == 4 else "CuDNNGRU", mode, True, directions)
+    cls = {4: "LSTM", 3: "GRU"}.get(gates, "SimpleRNN")
+    if not options.assume:
+        used = {
+            "LSTM": "activation='tanh' and recurrent_activation='sigmoid' ('hard_sigmoid' "
+            "before Keras 2.3, as the file's keras_version says)",
+            "GRU": "activation='tanh' and recurrent_activation='sigmoid' ('hard_sigmoid' "
+            "before Keras 2.3, as the file's keras_version says)",
+            "SimpleRNN": "activation='tanh', or 'relu' with simple_rnn_activation='relu'",
+        }[cls]
         return _Refused(
             name,
             None,
             (
-                "a GRU bias of shape [3H] means GRU(reset_after=False), which applies the reset "
-                "gate before the recurrent matmul; cuDNN applies it after, so the outputs would "
-                "differ. Retrain with GRU(reset_after=True) (or CuDNNGRU).",
+                f"a weights-only file does not record the activations of plain {cls} layers; "
+                f"if they used Keras's defaults ({used}), pass assume_cudnn_activations=True "
+                "(cudnn-rnn: --activation tanh|relu), or read the whole-model file.",
             ),
         )
-    problems = []
-    if not options.assume:
-        used = {
-            "LSTM": "tanh with sigmoid gates",
-            "GRU": "tanh with sigmoid gates and reset_after=True",
-            "SimpleRNN": "tanh, or relu with simple_rnn_activation='relu'",
-        }[cls]
-        problems.append(
-            f"a weights-only file does not record the activations of plain {cls} layers; if "
-            f"they used cuDNN's ({used}), pass assume_cudnn_activations=True (cudnn-rnn: "
-            "--activation tanh|relu), or read the whole-model file."
-        )
-    old = version is not None and _predates_sigmoid_default(version)
-    if cls != "SimpleRNN" and old and options.confirm is None:
-        problems.append(_old_keras_problem(str(version)))
-    if problems:
-        return _Refused(name, None, tuple(problems))
+    notes: tuple[str, ...] = ()
+    if cls == "SimpleRNN":
+        mode, variant = f"rnn_{options.simple_activation[name]}", CUDNN
+    else:
+        mode = CUDNN_LSTM if cls == "LSTM" else CUDNN_GRU
+        gate, notes = _default_gates(dialect, options.confirm)
+        # A GRU's bias says where its reset gate is ([3H]: before the product); without one,
+        # Keras 2.x's tf.keras default (reset_after=True).
+        fields: dict[str, Any] = {"gate_activation": gate}
+        if mode == CUDNN_GRU:
+            fields["reset_after"] = reset != "reset_before"
+        variant = Variant(**fields)
     if len(directions) == 2:
         cls = f"{_WRAPPER}({cls})"
     elif cudnn is None and cls != "SimpleRNN":
         cls = f"{cls} (no bias)"
-    return _Plan(name, cls, mode, False, directions)
+    return _Plan(name, cls, mode, False, directions, variant, notes)
 
 
 def _plan_from_config(
@@ -424,17 +409,16 @@ def _plan_from_config(
     entry: dict[str, Any],
     directions: tuple[_Direction, ...],
     where: str,
-    defaults: Mapping[str, Any] = KERAS2_DEFAULTS,
+    dialect: Dialect,
 ) -> _Plan | _Refused:
-    """What a layer with a config becomes, its weights checked against the config (a
-    KerasH5Error where they disagree). ``defaults`` as :func:`_judge`'s."""
+    """What a layer with a config becomes (:func:`.variants.judge`, as ``dialect`` means it),
+    its weights checked against the config (a KerasH5Error where they disagree)."""
     cls = entry["class_name"]
     config = entry["config"]
     shown = files.escape(cls)  # the file's class names are shown escaped
     problems: list[str] = []
     sides: list[tuple[str, dict[str, Any], bool | None, str]] = [(cls, config, None, "")]
     if cls == _WRAPPER:
-        merge = config.get("merge_mode", "concat")
         backward = config.get("backward_layer")
         inner = [config.get("layer"), backward or config.get("layer")]
         if not all(
@@ -445,35 +429,36 @@ def _plan_from_config(
         ):
             raise KerasH5Error(f"{where} (Bidirectional): its config has no inner layer.")
         shown = f"{cls}({files.escape(inner[0]['class_name'])})"
-        if merge != "concat":
-            problems.append(
-                f"merge_mode {merge!r} is not supported; cuDNN concatenates the two directions "
-                "(merge_mode='concat'): retrain with it, or merge the halves of our output "
-                "yourself."
-            )
         sides = [(inner[0]["class_name"], inner[0]["config"], False, "")]
         if backward is None:  # Keras builds the backward layer from the forward one
             sides.append((sides[0][0], sides[0][1], False, ""))
         else:
             sides.append((inner[1]["class_name"], inner[1]["config"], True, "backward layer: "))
-    modes = []
+    judged: list[Judged] = []
+    notes: list[str] = []
     for side_cls, side_config, is_backward, prefix in sides:
-        judged, found = _judge(side_cls, side_config, is_backward, defaults)
-        modes.append(judged)
-        problems.extend(prefix + p for p in found if prefix + p not in problems)
-    known = [m for m in modes if m is not None]
-    if len(known) == len(modes) and len(set(known)) > 1:
+        one = judge(side_cls, side_config, is_backward, dialect)
+        judged.append(one)
+        problems.extend(prefix + p for p in one.problems if prefix + p not in problems)
+        notes.extend(n for n in one.notes if n not in notes)
+    known = [j for j in judged if j.mode is not None]
+    if len(known) == len(judged) and len({(j.mode, j.cudnn, j.variant) for j in known}) > 1:
         problems.append(
-            f"its two directions compute different modes {sorted(m[0] for m in known)}; cuDNN "
-            "runs one mode both ways."
+            f"its two directions compute different math ({'; '.join(map(_math, known))}); a "
+            "bidirectional RNN of ours runs one mode and variant both ways."
         )
+    variant = known[0].variant if known else CUDNN
+    if cls == _WRAPPER:
+        merge, why = merged(variant, config.get("merge_mode", "concat"))
+        problems.extend([why] if why else [])
+        variant = merge or variant
     if problems or not known:
         return _Refused(name, shown, tuple(problems))
     wanted = 2 if cls == _WRAPPER else 1
     if len(directions) != wanted:
         raise KerasH5Error(f"{where} ({cls}): weights of {len(directions)} direction(s).")
-    mode, cudnn = known[0]
-    gates, shape_cudnn, variant = _shape_family(directions, where)
+    mode, cudnn = str(known[0].mode), known[0].cudnn
+    gates, shape_cudnn, reset = _shape_family(directions, where)
     expected_gates = len(GATE_ORDERS["keras"][mode])
     inner_cls = sides[0][0]
     if gates != expected_gates or (shape_cudnn is not None and shape_cudnn != cudnn):
@@ -483,10 +468,12 @@ def _plan_from_config(
         )
     if shape_cudnn is None and cudnn:
         raise KerasH5Error(f"{where}: a {inner_cls} always has a bias; the file has none.")
-    if variant == "reset_before":
+    if reset is not None and mode == CUDNN_GRU and (reset == "reset_after") != variant.reset_after:
+        said, bias = ("True", "[3H] (reset_after=False's)")
+        if not variant.reset_after:
+            said, bias = ("False", "[2, 3H] (reset_after=True's)")
         raise KerasH5Error(
-            f"{where}: its config says GRU(reset_after=True) but its bias is [3H] (reset_after"
-            "=False's)."
+            f"{where}: its config says GRU(reset_after={said}) but its bias is {bias}."
         )
     units = {c.get("units") for _, c, _, _ in sides}
     if units != {int(directions[0].recurrent.shape[0])}:
@@ -494,74 +481,15 @@ def _plan_from_config(
             f"{where}: config units {sorted(map(str, units))} differ from the weights' "
             f"{int(directions[0].recurrent.shape[0])}."
         )
-    go_backwards = cls != _WRAPPER and bool(config.get("go_backwards", False))
-    return _Plan(name, shown, mode, cudnn, directions, go_backwards)
+    if cls != _WRAPPER and bool(config.get("go_backwards", False)):
+        variant = replace(variant, time="go_backwards")
+    return _Plan(name, shown, mode, cudnn, directions, variant, tuple(notes))
 
 
-def _judge(
-    cls: str,
-    config: dict[str, Any],
-    backward: bool | None,
-    defaults: Mapping[str, Any] = KERAS2_DEFAULTS,
-) -> tuple[tuple[str, bool] | None, list[str]]:
-    """(our mode, written by a CuDNN layer) for one Keras RNN layer config (None: no mode of
-    ours), and every setting of it cuDNN cannot compute, each a sentence naming the setting.
-    ``backward``: which side of a Bidirectional wrapper the config is (None: a layer alone, which
-    may read its input either way); ``defaults``: the settings a config may leave out."""
-    if cls not in _CLASSES:
-        return None, [
-            f"{files.escape(cls)} layers are not supported; only CuDNNLSTM, CuDNNGRU, LSTM, "
-            "GRU(reset_after=True), SimpleRNN and Bidirectional wrappers of them are."
-        ]
-    problems = []
-    if backward is not None and bool(config.get("go_backwards", False)) != backward:
-        problems.append(
-            "go_backwards=False in the backward layer reads the sequence forward; cuDNN's "
-            "backward direction reads it backward. Rebuild it with go_backwards=True."
-            if backward
-            else "go_backwards=True in the forward layer of a Bidirectional wrapper reads the "
-            "sequence backward; cuDNN's forward direction reads it forward. Rebuild it with "
-            "go_backwards=False."
-        )
-    mode, cudnn = _CLASSES[cls]
-    if cudnn:
-        return (str(mode), True), problems
-    act = _activation_name(config.get("activation", "tanh"))
-    if mode is None:
-        if act not in ("tanh", "relu"):
-            problems.append(
-                f"activation {act!r} has no cuDNN mode; SimpleRNN must use 'tanh' or 'relu' "
-                "(retrain with one of them)."
-            )
-            return None, problems
-        return (CUDNN_RNN_TANH if act == "tanh" else CUDNN_RNN_RELU, False), problems
-    if act != "tanh":
-        problems.append(
-            f"activation {act!r} is not cuDNN's 'tanh'; the outputs would differ (retrain with "
-            "activation='tanh')."
-        )
-    rec = _activation_name(config.get("recurrent_activation", defaults["recurrent_activation"]))
-    if rec != "sigmoid":
-        problems.append(
-            f"recurrent_activation {rec!r} is not cuDNN's 'sigmoid' (Keras before 2.3 defaulted "
-            "to 'hard_sigmoid'); the outputs would differ (retrain with "
-            "recurrent_activation='sigmoid')."
-        )
-    if mode == CUDNN_GRU and not config.get("reset_after", defaults["reset_after"]):
-        problems.append(
-            "reset_after=False applies the reset gate before the recurrent matmul; cuDNN "
-            "applies it after, so the outputs would differ. Retrain with "
-            "GRU(reset_after=True) (or CuDNNGRU)."
-        )
-    return (mode, False), problems
-
-
-def _activation_name(value: Any) -> Any:
-    """``"tanh"`` for ``"tanh"`` and for a serialized ``{"config": {"name": "tanh"}}``."""
-    if isinstance(value, dict):
-        inner = value.get("config")
-        return inner.get("name") if isinstance(inner, dict) else value.get("class_name")
-    return value
+def _math(judged: Judged) -> str:
+    """A side's math in words: ``lstm``, ``gru with gates hard_sigmoid(0.2, 0.5)``..."""
+    words = judged.variant.describe()
+    return f"{judged.mode}" + (f" with {words}" if words else "")
 
 
 def _refusal(h5: _File, refused: list[_Refused]) -> str:

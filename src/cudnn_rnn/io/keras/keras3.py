@@ -30,12 +30,13 @@ Sequential(GRU)`` keeps them at ``layers/lstm``, ``layers/lstm_1`` and
 so a place is never taken for another layer's.
 
 An RNN is named, as in :mod:`.h5`, by the path of its layer names (``encoder/core/gru``).
-What cuDNN's math computes, and every reason why not, is the Keras 2 reader's judgement
-(:mod:`.h5`: ``tanh`` with ``sigmoid`` gates, GRU ``reset_after=True``, ``Bidirectional``
-with ``merge_mode="concat"``, ``use_bias`` either way), with Keras 3's defaults for a setting the
-config leaves out (``recurrent_activation="sigmoid"``, ``reset_after=True``). A
-``go_backwards=True`` layer outside ``Bidirectional`` is read, with a note saying how to feed it
-(:data:`cudnn_rnn.io.keras.layout.GO_BACKWARDS_NOTE`).
+What each layer computes (its mode and :class:`~cudnn_rnn.core.variant.Variant`: activations,
+GRU ``reset_after``, ``go_backwards``, a ``Bidirectional``'s ``merge_mode``), and every reason
+where we compute no such thing, is the Keras 2 reader's judgement (:mod:`.variants`), as the
+Keras that wrote the archive meant it: ``metadata.json``'s ``keras_version`` (Keras 3's
+``hard_sigmoid`` is ``relu6(x + 3) / 6``, and its defaults ``recurrent_activation="sigmoid"``,
+``reset_after=True``; tf-keras's ``.keras`` files mean Keras 2's; an archive without a version is
+read as Keras 3's, with a note where that decides what a layer computes).
 
 The archive is read by the one bounded zip reader (:func:`cudnn_rnn.io.files.open_zip`: every entry
 checked before any member is inflated, each inflated to exactly its declared size and checked
@@ -46,7 +47,7 @@ to a temporary file and read by the Keras ``.h5`` reader's separate process, und
 memory limits (``time_limit=``, see :mod:`.h5`), which looks at exactly the places the
 config names and follows no link out of the file; the weights' shapes are checked against the
 config before anything is built. Weights saved as ``model.weights.npz`` (a pickle) are
-refused. Problems with the file raise :class:`Keras3Error`; an RNN whose math is not cuDNN's is
+refused. Problems with the file raise :class:`Keras3Error`; an RNN computing what we do not is
 refused with a ``ValueError`` naming every reason. ``h5py`` is needed (``pip install
 cudnn-rnn[h5]``); Keras is never imported.
 """
@@ -58,7 +59,7 @@ import dataclasses
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,7 @@ from cudnn_rnn.io.keras.h5_plans import (
     _refusal,
     _Refused,
 )
+from cudnn_rnn.io.keras.variants import UNKNOWN_KERAS_VERSION, Dialect
 
 __all__ = [
     "CONFIG",
@@ -118,8 +120,9 @@ WEIGHTS = "model.weights.h5"
 _NPZ_WEIGHTS = "model.weights.npz"
 #: The largest ``config.json`` read (a model of thousands of layers takes a few MiB).
 MAX_CONFIG = 64 << 20
-#: What Keras 3 uses for a setting a layer's config leaves out (it writes them all).
-KERAS3_DEFAULTS: Mapping[str, Any] = {"recurrent_activation": "sigmoid", "reset_after": True}
+METADATA = "metadata.json"
+#: The largest ``metadata.json`` read (Keras writes a few dozen bytes).
+MAX_METADATA = 1 << 20
 _MAX_WEIGHTS = 3  # kernel, recurrent_kernel, bias
 
 
@@ -140,18 +143,19 @@ def is_keras3(path: str | os.PathLike[str]) -> bool:
 
 def find_rnns(path: str | os.PathLike[str], *, time_limit: float | None = None) -> list[FoundRNN]:
     """Every RNN layer of the model (nested models' by their path of names), what it becomes
-    and, where cuDNN's math does not compute it, every reason. Weights are looked at (their
-    shapes give the sizes, checked against the config), not read."""
-    with _errors(), _opened(path) as (layers, weights, shown):
+    (its variant in ``details["variant"]`` and its first note) and, where it cannot be read,
+    every reason. Weights are looked at (their shapes give the sizes, checked against the
+    config), not read."""
+    with _errors(), _opened(path) as (layers, weights, shown, dialect):
         h5 = _weights(weights, layers, False, time_limit, shown)
-        return [found_record(p.config(), KIND) for p in _plans(h5, layers)]
+        return [found_record(p.config(), KIND) for p in _plans(h5, layers, dialect)]
 
 
 def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ...], str]]:
     """Name -> (shape, dtype name) of the RNN layers' weights in the archive's
     ``model.weights.h5`` (``layers/lstm/cell/vars/0``...), from their descriptions: no weight
     is read, and nothing else of the file is looked at."""
-    with _errors(), _opened(path) as (layers, weights, shown):
+    with _errors(), _opened(path) as (layers, weights, shown, _):
         h5 = _weights(weights, layers, False, None, shown)
     out: dict[str, tuple[tuple[int, ...], str]] = {}
 
@@ -168,13 +172,13 @@ def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[tuple[int, ..
 
 
 def read(path: str | os.PathLike[str], name: str, *, time_limit: float | None = None) -> ReadRNN:
-    """The RNN layer ``name`` (as :func:`find_rnns` lists it) as pure data: its spec and
-    canonical tensors (cuDNN's gate order, the file's dtype), with how to feed it in ``notes``
-    (``go_backwards``). A ``ValueError`` names every reason where cuDNN's math does not compute
-    it, or lists the file's RNN layers where it has none of that name."""
-    with _errors(), _opened(path) as (layers, weights, shown):
+    """The RNN layer ``name`` (as :func:`find_rnns` lists it) as pure data: its spec (its
+    variant included) and canonical tensors (cuDNN's gate order, the file's dtype), with its
+    record's notes. A ``ValueError`` names every reason where we compute no such layer, or lists
+    the file's RNN layers where it has none of that name."""
+    with _errors(), _opened(path) as (layers, weights, shown, dialect):
         h5 = _weights(weights, layers, True, time_limit, shown)
-        plans = _plans(h5, layers)
+        plans = _plans(h5, layers, dialect)
         plan = next((p for p in plans if p.name == name), None)
         if plan is None:
             known = [p.name for p in plans]
@@ -200,9 +204,10 @@ def _errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[list[_Layer], str, str]]:
+def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[list[_Layer], str, str, Dialect]]:
     """The RNN layers of the archive's config, the path of a temporary copy of its weights file
-    (removed when the block ends) and the file as messages show it."""
+    (removed when the block ends), the file as messages show it, and what the Keras that wrote
+    it meant (its ``metadata.json``'s ``keras_version``)."""
     shown = f"{os.fspath(path)!r}"
     who = f"{OWNER}: {shown}"
     with open_zip(path, "Keras 3 .keras file") as archive:
@@ -214,17 +219,32 @@ def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[list[_Layer], str, s
                 f"{who} is not a Keras 3 .keras file: it holds {held}, not {CONFIG} and "
                 f"{WEIGHTS}{npz if archive.get(_NPZ_WEIGHTS) else ''}."
             )
-        if config_entry.size > MAX_CONFIG:
-            raise Keras3Error(
-                f"{who}: its {CONFIG} is {config_entry.size} bytes, more than the "
-                f"{MAX_CONFIG} read."
-            )
+        for entry, limit in ((config_entry, MAX_CONFIG), (archive.get(METADATA), MAX_METADATA)):
+            if entry is not None and entry.size > limit:
+                raise Keras3Error(
+                    f"{who}: its {entry.name} is {entry.size} bytes, more than the {limit} read."
+                )
         layers = _rnn_layers(_config(bytes(archive.read(config_entry)), who), who)
+        metadata = archive.get(METADATA)
+        raw = None if metadata is None else bytes(archive.read(metadata))
+        dialect = _dialect(raw, who)
         with tempfile.TemporaryDirectory(prefix="cudnn_rnn_keras3_") as folder:
             weights = os.path.join(folder, WEIGHTS)
             with open(weights, "wb") as out:
                 out.write(archive.read(weights_entry))  # CRC-checked, never above its size
-            yield layers, weights, shown
+            yield layers, weights, shown, dialect
+
+
+def _dialect(raw: bytes | None, who: str) -> Dialect:
+    """What the Keras that wrote the archive meant, by its ``metadata.json``'s
+    ``keras_version`` (Keras 3's where it records none: Keras 3 writes it)."""
+    if raw is None:
+        return Dialect(UNKNOWN_KERAS_VERSION, fallback=3)
+    metadata = load_json(
+        raw, lambda reason: Keras3Error(f"{who}: its {METADATA} {reason}."), max_size=MAX_METADATA
+    )
+    version = metadata.get("keras_version") if isinstance(metadata, dict) else None
+    return Dialect(version if isinstance(version, str) else UNKNOWN_KERAS_VERSION, fallback=3)
 
 
 def _weights(
@@ -344,26 +364,26 @@ def _places(layers: list[_Layer]) -> list[str]:
     return out
 
 
-def _plans(h5: _File, layers: list[_Layer]) -> list[_Plan | _Refused]:
+def _plans(h5: _File, layers: list[_Layer], dialect: Dialect) -> list[_Plan | _Refused]:
     """What each RNN layer becomes, or why it cannot."""
     out: list[_Plan | _Refused] = []
     for layer in layers:
         where = f"{h5.who}: layer {layer.name!r}"
         _check_place(h5, layer, where)
         # What the config says first: a layer refused for its settings needs no weights.
-        refused = _keras2_only(layer) or _judged(layer, where)
+        refused = _keras2_only(layer) or _judged(layer, where, dialect)
         if refused is not None:
             out.append(refused)
             continue
         directions = tuple(_direction(h5, side, c, layer, where) for side, c in layer.sides)
-        out.append(_plan_from_config(layer.name, layer.entry, directions, where, KERAS3_DEFAULTS))
+        out.append(_plan_from_config(layer.name, layer.entry, directions, where, dialect))
     return out
 
 
-def _judged(layer: _Layer, where: str) -> _Refused | None:
+def _judged(layer: _Layer, where: str, dialect: Dialect) -> _Refused | None:
     """The layer refused for its config alone, or None where its weights must be looked at."""
     try:
-        plan = _plan_from_config(layer.name, layer.entry, (), where, KERAS3_DEFAULTS)
+        plan = _plan_from_config(layer.name, layer.entry, (), where, dialect)
     except KerasH5Error:  # no weights given: the config asks for them
         return None
     return plan if isinstance(plan, _Refused) else None

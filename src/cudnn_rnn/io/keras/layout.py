@@ -14,30 +14,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cudnn_rnn.core.constants import CUDNN_GRU
 from cudnn_rnn.core.gates import GATE_ORDERS
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.io.gate_blocks import BlockKey, unstack_gates
 
-__all__ = ["GO_BACKWARDS_NOTE", "canonical_of_blocks", "keras_blocks"]
-
-#: How to feed a layer read from a Keras ``go_backwards=True`` layer (outside ``Bidirectional``):
-#: the note its ``FoundRNN.details["note"]`` and ``ReadRNN.notes`` carry.
-GO_BACKWARDS_NOTE = (
-    "go_backwards=True: Keras ran this layer over its input reversed in time and returned its "
-    "output sequence in that reversed order, so call our layer on x.flip(time axis) to compute "
-    "what Keras computed (flip the output back for the input's time order); with padding "
-    "(a Keras mask, our sequence_lengths), reverse each sequence within its length instead, "
-    "and the outputs reversed within each length are Keras's, flipped back"
-)
+__all__ = ["canonical_of_blocks", "keras_blocks"]
 
 
 def canonical_of_blocks(
-    mode: str, blocks: dict[BlockKey, Tensor], num_layers: int, num_dirs: int
+    mode: str,
+    blocks: dict[BlockKey, Tensor],
+    num_layers: int,
+    num_dirs: int,
+    variant: Variant = CUDNN,
 ) -> tuple[RNNSpec, list[Tensor], list[Tensor]]:
     """``(spec, weights, biases)`` of stacked blocks in Keras gate order (canonical order, the
-    blocks' dtype); ``num_units`` and ``input_size`` come from layer 0's input block."""
+    blocks' dtype) computing ``variant``; ``num_units`` and ``input_size`` come from layer 0's
+    input block."""
     first = blocks[(0, 0, INPUT)]
     spec = RNNSpec(
         mode,
@@ -45,19 +40,23 @@ def canonical_of_blocks(
         int(first.shape[0]) // len(GATE_ORDERS["keras"][mode]),
         int(first.shape[1]),
         direction="bidirectional" if num_dirs == 2 else "unidirectional",
+        variant=variant,
     )
     weights, biases = unstack_gates(spec, blocks, "keras")
     return spec, weights, biases
 
 
 def keras_blocks(
-    kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray | None, mode: str
+    kernel: np.ndarray, recurrent_kernel: np.ndarray, bias: np.ndarray | None
 ) -> dict[str, Tensor]:
     """One direction's blocks from Keras arrays (``kernel [in, G*H]``, ``recurrent_kernel
-    [H, G*H]``, bias ``[G*H]``, GRU ``[2, 3H]``, or None), oriented ``[G*H, ...]`` like ours."""
+    [H, G*H]``, bias ``[G*H]``, GRU ``reset_after=True`` ``[2, 3H]``, or None), oriented
+    ``[G*H, ...]`` like ours. One bias per gate (LSTM, SimpleRNN, GRU ``reset_after=False``)
+    is the input bias, the recurrent bias zero: the math adds both the same way (a reset-before
+    GRU's candidate adds ``b_Rh`` after its product)."""
     if bias is None:
         b_in = b_rec = np.zeros(kernel.shape[1], kernel.dtype)
-    elif mode == CUDNN_GRU:  # reset_after: [input biases; recurrent biases]
+    elif bias.ndim == 2:  # GRU reset_after: [input biases; recurrent biases]
         b_in, b_rec = bias[0], bias[1]
     else:
         b_in, b_rec = bias, np.zeros_like(bias)

@@ -5,8 +5,9 @@ classes that write it, their mode, and the variables they write (in both naming 
 here as data. :func:`cells_of` finds every cell scope of a checkpoint from its names alone,
 leaving out what is not a TF cell's (an optimizer's slots, a scope holding a variable no TF cell
 has, the names :mod:`cudnn_rnn.io.detect` interprets), and interprets each by its kind: its sizes
-where the shapes agree, and every reason cuDNN's math does not compute it (peepholes, a GRU's
-reset gate, shapes that describe no such cell). How cells stack and pair into RNNs is
+and whether it has peepholes where the shapes agree, and every reason it cannot be read where they
+do not (shapes that describe no such cell, names of two kinds in one scope). How cells stack and
+pair into RNNs is
 :mod:`cudnn_rnn.io.tf1.cell_stacks`; the module docstring of :mod:`cudnn_rnn.io.tf1.cells` has
 the whole table of cells and variables.
 """
@@ -22,7 +23,7 @@ from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_BIDIRECTIO
 from cudnn_rnn.core.gates import CUDNN_GATES
 from cudnn_rnn.io.detect import detect_models
 
-__all__ = ["BIAS", "KERNEL", "PROJ", "Cell", "Shape", "cells_of"]
+__all__ = ["BIAS", "KERNEL", "PEEPHOLES", "PROJ", "Cell", "Shape", "cells_of", "gru_roles"]
 
 Shape = tuple[int, ...]
 
@@ -30,7 +31,10 @@ Shape = tuple[int, ...]
 
 #: Variable roles, each with its names in the later (kernel/bias) and TF 1.0 generation.
 KERNEL, BIAS, PROJ = "kernel", "bias", "projection"
-_PEEPHOLES = ("w_f_diag", "w_i_diag", "w_o_diag")
+#: An LSTM's peephole weights by the gate they feed (LSTMCell's ``use_peepholes``, the block
+#: cells' ``use_peephole``: the same names).
+PEEPHOLES: Mapping[str, str] = {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
+_PEEPHOLES = tuple(PEEPHOLES.values())
 _GATES_KERNEL, _GATES_BIAS = tf_names.GATES_KERNEL, tf_names.GATES_BIAS
 _CAND_KERNEL, _CAND_BIAS = "candidate/kernel", "candidate/bias"
 _BLOCK_GRU = ("w_ru", "b_ru", "w_c", "b_c")
@@ -71,11 +75,13 @@ _VARIABLES: Mapping[str, Mapping[str, tuple[str, str]]] = {
     for cell, kind in _KINDS.items()
 }
 
-_GRU_REASON = (
-    "TF's {cls} applies the reset gate to the state before the recurrent product "
-    "((r * h) @ U), cuDNN's GRU to the product (r * (h @ U + b)): the math differs"
-)
-_PEEPHOLE_REASON = "peephole connections (w_f_diag, w_i_diag, w_o_diag): cuDNN's LSTM has none"
+#: A GRU's roles (gates kernel, gates bias, candidate kernel, candidate bias) by the classes
+#: that write them: ``GRUCell``'s names (``GRUBlockCellV2`` writes them too) or
+#: ``GRUBlockCell``'s.
+_GRU_NAMES: Mapping[str, tuple[str, str, str, str]] = {
+    "GRUCell or GRUBlockCellV2": (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS),
+    "GRUBlockCell": _BLOCK_GRU,
+}
 
 
 # -- one cell ---------------------------------------------------------------------------------
@@ -83,8 +89,8 @@ _PEEPHOLE_REASON = "peephole connections (w_f_diag, w_i_diag, w_o_diag): cuDNN's
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell scope's variables, interpreted: sizes where they are consistent, and every
-    reason cuDNN's math does not compute the cell."""
+    """One cell scope's variables, interpreted: sizes and peepholes where they are consistent,
+    and every reason the cell cannot be read."""
 
     scope: str  # the full scope of its variables, e.g. "rnn/lstm_cell"
     kind: str  # the cell scope name, a key of _KINDS
@@ -96,6 +102,7 @@ class Cell:
     input_size: int | None = None
     num_proj: int | None = None
     problems: tuple[str, ...] = ()
+    peepholes: bool = False  # an LSTM's w_i_diag, w_f_diag, w_o_diag
 
     @property
     def output_size(self) -> int | None:
@@ -195,11 +202,9 @@ class _Bad(Exception):
 
 def _gated(cell: Cell, shapes: Mapping[str, Shape]) -> Cell:
     """An LSTM or a BasicRNNCell: kernel [input + Hout, G*H], bias [G*H] (LSTMCell: projection
-    [H, P])."""
+    [H, P]; the LSTMs with peepholes: w_i_diag, w_f_diag, w_o_diag [H])."""
     gates = len(CUDNN_GATES[cell.mode])
     problems: list[str] = []
-    if any(p in cell.names for p in _PEEPHOLES):
-        problems.append(_PEEPHOLE_REASON)
     try:
         rows, cols = _shape_of(cell, KERNEL, shapes, 2)
         (width,) = _shape_of(cell, BIAS, shapes, 1)
@@ -223,24 +228,51 @@ def _gated(cell: Cell, shapes: Mapping[str, Shape]) -> Cell:
                 f"{cell.names[KERNEL]} has {rows} rows: no room for an input beside the "
                 f"{proj or units} recurrent ones"
             )
+        peepholes = _peepholes(cell, shapes, units)
     except _Bad as bad:
         return _with(cell, problems=(*problems, str(bad)))
     return _with(
-        cell, num_units=units, input_size=input_size, num_proj=proj, problems=tuple(problems)
+        cell,
+        num_units=units,
+        input_size=input_size,
+        num_proj=proj,
+        problems=tuple(problems),
+        peepholes=peepholes,
     )
 
 
+def _peepholes(cell: Cell, shapes: Mapping[str, Shape], units: int) -> bool:
+    """Whether the cell has peepholes: all three vectors of ``[units]``, or none."""
+    held = [p for p in _PEEPHOLES if p in cell.names]
+    if not held:
+        return False
+    if len(held) < len(_PEEPHOLES):
+        lacking = ", ".join(p for p in _PEEPHOLES if p not in held)
+        raise _Bad(f"{cell.scope} has {', '.join(held)} but not {lacking}")
+    for role in _PEEPHOLES:
+        (size,) = _shape_of(cell, role, shapes, 1)
+        if size != units:
+            raise _Bad(f"{cell.names[role]} has {size} entries, expected num_units = {units}")
+    return True
+
+
+def gru_roles(cell: Cell) -> tuple[str, str, str, str]:
+    """A GRU cell's roles: its gates kernel ``[K, 2H]`` (TF's ``r, u``), gates bias ``[2H]``,
+    candidate kernel ``[K, H]`` and candidate bias ``[H]``, named as its class names them."""
+    return _GRU_NAMES[cell.classes]
+
+
 def _gru(cell: Cell, shapes: Mapping[str, Shape]) -> Cell:
-    """GRUCell (gates/*, candidate/*) or GRUBlockCell (w_ru, b_ru, w_c, b_c): never computable,
-    its sizes still read."""
+    """GRUCell or GRUBlockCellV2 (gates/*, candidate/*) or GRUBlockCell (w_ru, b_ru, w_c, b_c):
+    their sizes. All three compute TF's GRU, the reset gate applied before the recurrent
+    product (a variant: ``reset_after=False``)."""
     block = any(r in cell.names for r in _BLOCK_GRU)
-    plain = any(r in cell.names for r in (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS))
-    cls = "GRUBlockCell" if block and not plain else "GRUCell"
+    plain = any(r in cell.names for r in _GRU_NAMES["GRUCell or GRUBlockCellV2"])
+    cls = "GRUBlockCell" if block and not plain else "GRUCell or GRUBlockCellV2"
     cell = _with(cell, classes=cls)
-    reasons = [_GRU_REASON.format(cls=cls)]
     if block and plain:
-        return _with(cell, problems=(*reasons, "holds both GRUCell's and GRUBlockCell's names"))
-    roles = _BLOCK_GRU if block else (_GATES_KERNEL, _GATES_BIAS, _CAND_KERNEL, _CAND_BIAS)
+        return _with(cell, problems=("holds both GRUCell's and GRUBlockCell's names",))
+    roles = gru_roles(cell)
     try:
         gate_rows, gate_cols = _shape_of(cell, roles[0], shapes, 2)
         (gate_width,) = _shape_of(cell, roles[1], shapes, 1)
@@ -260,5 +292,5 @@ def _gru(cell: Cell, shapes: Mapping[str, Shape]) -> Cell:
         if gate_rows <= units:
             raise _Bad(f"{cell.names[roles[0]]} has {gate_rows} rows: no room for an input")
     except _Bad as bad:
-        return _with(cell, problems=(*reasons, str(bad)))
-    return _with(cell, num_units=units, input_size=gate_rows - units, problems=tuple(reasons))
+        return _with(cell, problems=(str(bad),))
+    return _with(cell, num_units=units, input_size=gate_rows - units)

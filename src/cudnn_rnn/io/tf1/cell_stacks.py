@@ -4,8 +4,9 @@ The cells :func:`~cudnn_rnn.io.tf1.cell_kinds.cells_of` finds are grouped by whe
 sit (the table in :mod:`cudnn_rnn.io.tf1.cells`): one direction's cells (one cell, or a
 ``MultiRNNCell``'s by layer), then the fw/bw pairs of ``bidirectional_dynamic_rnn`` and the
 layers of ``stack_bidirectional_*_rnn``. :func:`records_of` makes each RNN one :class:`Record`
-(its cells by layer and direction, and what is wrong with the grouping: a missing layer, two cells
-at one layer, fw and bw of different depths, two separate stacks), named uniquely.
+(its cells by layer and direction, whether its directions are separate stacks, and what is wrong
+with the grouping: a missing layer, two cells at one layer, fw and bw of different depths), named
+uniquely.
 """
 
 from __future__ import annotations
@@ -19,12 +20,6 @@ from cudnn_rnn.io import files
 from cudnn_rnn.io.tf1.cell_kinds import Cell, Shape, cells_of
 
 __all__ = ["Record", "class_names", "records_of"]
-
-_SEPARATE_STACKS_REASON = (
-    "bidirectional_dynamic_rnn over two MultiRNNCell stacks of {n} layers: each direction runs "
-    "its own stack, while cuDNN's bidirectional layer l+1 reads both directions' outputs of "
-    "layer l (as stack_bidirectional_dynamic_rnn's layers do)"
-)
 
 _MULTI = tf_names.STANDARD_MULTI
 _DIRECTION = re.compile(r"(?:(?P<parent>.+)/)?(?P<direction>fw|bw)")
@@ -58,7 +53,9 @@ class Record:
     layers: tuple[tuple[Cell, ...], ...]
     problems: tuple[str, ...]
     bidirectional: bool
-    separate_stacks: bool = False  # a bidirectional pair of MultiRNNCells of > 1 layer
+    #: A bidirectional pair of MultiRNNCells of > 1 layer: each direction runs its own stack
+    #: (layer l + 1 of a direction reads that direction's layer l only), merged at the top.
+    separate_stacks: bool = False
 
 
 def _join(parent: str, child: str) -> str:
@@ -151,10 +148,12 @@ def _pair(parent: str, fw: _Unit, bw: _Unit) -> Record:
     separate = max(len(fws), len(bws)) > 1
     if len(fws) != len(bws):
         problems.append(f"fw has {len(fws)} layers, bw {len(bws)}")
-    elif separate:
-        problems.append(_SEPARATE_STACKS_REASON.format(n=len(fws)))
     where = (
-        f"bidirectional_dynamic_rnn {files.quote(parent)} (fw and bw: "
+        f"bidirectional_dynamic_rnn {files.quote(parent)} ("
+        + ("separate " if separate else "")
+        + "fw and bw"
+        + (" stacks" if separate else "")
+        + ": "
         + (f"MultiRNNCell of {len(fws)} x " if fw.multi else "")
         + f"{class_names(fws + bws)})"
     )

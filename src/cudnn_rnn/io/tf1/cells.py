@@ -15,19 +15,16 @@ ReadRNN`). The cells and their variables (``<cell>`` is the cell's own scope, ``
     lstm_fused_cell     LSTMBlockFusedCell               kernel [K, 4H], bias [4H]
     lstm_block_wrapper  LSTMBlockFusedCell (early 1.x)   kernel [K, 4H], bias [4H]
     basic_rnn_cell      BasicRNNCell                     kernel [K, H], bias [H]
-    gru_cell            GRUCell                          gates/kernel [K, 2H], gates/bias [2H],
+    gru_cell            GRUCell, GRUBlockCellV2          gates/kernel [K, 2H], gates/bias [2H],
                                                          candidate/kernel [K, H],
                                                          candidate/bias [H]
     gru_cell            GRUBlockCell                     w_ru [K, 2H], b_ru [2H],
                                                          w_c [K, H], b_c [H]
 
 TF 1.0 named every ``kernel`` ``weights`` and every ``bias`` ``biases`` (``projection/weights``,
-``gates/biases``, ...); both generations are read. A kernel stacks the input matrix (its upper
-rows) over the recurrent one, transposed (``[x, h] @ kernel``), with the gates side by side in TF's
-order (LSTM ``i, j, f, o``: ``j`` is cuDNN's cell candidate ``c``). Each cell has one bias per gate:
-it becomes cuDNN's input bias and the recurrent bias is zero. TF's LSTMs add ``forget_bias``
-(default 1.0 in all four classes) to the forget gate at run time and store it nowhere: it is
-added to the forget gate's input bias, 1.0 unless the caller says otherwise.
+``gates/biases``, ...); both generations are read. How the variables become cuDNN's canonical
+tensors (one bias per gate as the input bias, TF's gate orders, ``forget_bias``, the peepholes) is
+:mod:`~cudnn_rnn.io.tf1.cell_blocks`.
 
 Where the cells sit (``<c>`` a cell scope and its variables as above)::
 
@@ -40,13 +37,19 @@ Where the cells sit (``<c>`` a cell scope and its variables as above)::
 
 A ``MultiRNNCell`` is one record of its ``num_layers``; a fw/bw pair one bidirectional record; the
 stacked pairs one bidirectional record of one layer per ``cell_<l>``, which is cuDNN's
-bidirectional stack exactly (layer ``l + 1`` reads both directions' outputs of layer ``l``). A pair
-whose directions are each a ``MultiRNNCell`` of several layers is not: each direction runs its own
-stack. It is listed as one record that cuDNN's math does not compute, with that reason. Peepholes
-and the GRU cells (TF applies the reset gate to the state before the recurrent product, cuDNN to
-the product) are listed the same way, with their sizes; so is an RNN whose tensors are not all
-of one float dtype (an int32 or string kernel: the dtypes are the reason, where the index's dtypes
-are given), which :func:`read_cells` refuses with the same reason.
+bidirectional stack exactly (layer ``l + 1`` reads both directions' outputs of layer ``l``).
+
+What TF computes beyond cuDNN's math is read as a variant of the mode
+(:class:`~cudnn_rnn.core.variant.Variant`), which the record's notes and ``details["variant"]``
+say: LSTM cells with peepholes (``w_i_diag, w_f_diag, w_o_diag``: ``peepholes``; in a stack where
+only some cells have them, the others' are zero), the GRU cells (TF applies the reset gate to the
+state before the recurrent product: ``reset_after=False``), and a pair whose directions are each
+a ``MultiRNNCell`` of several layers (each direction runs its own stack, merged at the top:
+``stacks="separate"``). What the cells computed and the checkpoint does not store, ``read_cells``
+takes as options, and the record's notes say so: ``forget_bias``, ``cell_clip``, ``proj_clip``
+and the activation. An RNN whose tensors are not all of one float dtype (an int32 or string
+kernel: the dtypes are the reason, where the index's dtypes are given) is listed as one that
+cannot be read, which :func:`read_cells` refuses with the same reason.
 
 Names that are something else are not read as cells: an optimizer's slots and moving averages
 (``.../kernel/Adam``: a further component after a variable's name), ``global_step``,
@@ -58,10 +61,10 @@ interprets: a ``MultiRNNCell`` of ``BasicRNNCell`` run by ``dynamic_rnn``
 saveable, and the stacked pairs of ``BasicRNNCell`` those of its bidirectional one; every group of
 names that ``detect_models`` interprets is skipped here, so no RNN is listed twice.
 
-Three modules read them: :mod:`~cudnn_rnn.io.tf1.cell_kinds` finds the cell scopes and reads each
-cell's sizes by its kind, :mod:`~cudnn_rnn.io.tf1.cell_stacks` groups the cells into RNNs, and
-this one says what each RNN is (:func:`find_cells`) and reads one as cuDNN's canonical tensors
-(:func:`read_cells`).
+Four modules read them: :mod:`~cudnn_rnn.io.tf1.cell_kinds` finds the cell scopes and reads each
+cell's sizes by its kind, :mod:`~cudnn_rnn.io.tf1.cell_stacks` groups the cells into RNNs,
+:mod:`~cudnn_rnn.io.tf1.cell_blocks` turns one cell's variables into canonical tensors, and this
+one says what each RNN is (:func:`find_cells`) and reads one (:func:`read_cells`).
 
 >>> found = find_cells({
 ...     "rnn/multi_rnn_cell/cell_0/lstm_cell/kernel": (7, 16),
@@ -81,37 +84,34 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from cudnn_rnn.core.constants import (
+    CUDNN_GRU,
     CUDNN_LSTM,
     CUDNN_RNN_BIDIRECTION,
-    CUDNN_RNN_RELU,
     CUDNN_RNN_TANH,
     CUDNN_RNN_UNIDIRECTION,
 )
-from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
-from cudnn_rnn.core.layout import (
-    INPUT,
-    INPUT_BIAS,
-    PROJECTION,
-    RECURRENT,
-    RECURRENT_BIAS,
-    layout_of,
-)
+from cudnn_rnn.core.layout import layout_of
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import ACTIVATIONS, CUDNN, Activation, Variant, activation_of
 from cudnn_rnn.io import files
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
-from cudnn_rnn.io.tf1.cell_kinds import BIAS, KERNEL, PROJ, Cell
+from cudnn_rnn.io.tf1.cell_blocks import cell_blocks
+from cudnn_rnn.io.tf1.cell_kinds import Cell
 from cudnn_rnn.io.tf1.cell_stacks import Record, class_names, records_of
 
 __all__ = [
     "ACTIVATION_NOTE",
     "FORGET_BIAS_NOTE",
+    "GRU_NOT_STORED_NOTE",
+    "LSTM_NOT_STORED_NOTE",
     "TF1CellsError",
     "find_cells",
     "read_cells",
@@ -122,17 +122,29 @@ FORGET_BIAS_NOTE = (
     "forget_bias is not stored in a checkpoint: TF's default 1.0 is assumed; pass forget_bias= "
     "to change it"
 )
+#: What an LSTM's record says about the rest TF's LSTM cells take and a checkpoint does not
+#: store (``details["not_stored"]``).
+LSTM_NOT_STORED_NOTE = (
+    "cell_clip, proj_clip and the activation are not stored in a checkpoint: no clip and TF's "
+    "default tanh are assumed; pass cell_clip=, proj_clip= (with num_proj) or activation= if the "
+    "cells were built with them"
+)
+#: What a GRU's record says about its activation (``details["not_stored"]``).
+GRU_NOT_STORED_NOTE = (
+    "the activation is not stored in a checkpoint: TF's default tanh is assumed; pass "
+    "activation= if the cells were built with another"
+)
 #: What a BasicRNNCell's record says about its activation (``details["activation"]``).
 ACTIVATION_NOTE = (
     "the activation is not stored in a checkpoint: TF's default tanh is assumed; pass "
-    "activation='relu' if the cell used relu"
+    "activation='relu' if the cell used relu (or activation= another)"
 )
 
 
 class TF1CellsError(files.FormatError):
     """An RNN of TF's standard cells that cannot be read: no RNN of that name in the checkpoint,
-    one that cuDNN's math does not compute (the reasons are in the message), or tensors of a
-    dtype that is no float."""
+    one that cannot be read as one RNN (the reasons are in the message: inconsistent stacks,
+    shapes that describe no cell), or tensors of a dtype that is no float."""
 
 
 #: The dtypes an RNN's tensors may have (one of them, the same for all).
@@ -140,8 +152,8 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 #: What an LSTM record of ``lstm_block_wrapper`` cells says (``details["cell_clip"]``).
 _CLIP_NOTE = (
     "lstm_block_wrapper is LSTMBlockFusedCell's scope in early TF 1.x releases, which clipped "
-    "the cell state to [-3, 3] unless cell_clip was given; cuDNN does not clip, so the outputs "
-    "differ wherever the cell state went beyond 3"
+    "the cell state to [-3, 3] unless cell_clip was given; pass cell_clip=3.0 (or the one given) "
+    "to compute that, else the outputs differ wherever the cell state went beyond it"
 )
 
 
@@ -149,7 +161,7 @@ _CLIP_NOTE = (
 
 
 def _summary(record: Record, dtypes: Mapping[str, str] | None) -> tuple[dict[str, Any], list[str]]:
-    """The record's sizes and every reason cuDNN's math does not compute it (``dtypes``: the
+    """The record's sizes and every reason it cannot be read as one RNN (``dtypes``: the
     tensors' dtype names, where known)."""
     cells = [c for layer in record.layers for c in layer]
     first = cells[0]
@@ -220,6 +232,19 @@ def _input_problems(record: Record) -> list[str]:
     return problems
 
 
+def _variant(record: Record, mode: str | None) -> Variant:
+    """What the checkpoint says its cells compute beyond ``mode``'s cuDNN math: peepholes
+    (any cell's: the others' are zero), TF's GRU (the reset gate before the product), separate
+    fw and bw stacks."""
+    if mode is None:
+        return CUDNN
+    return Variant(
+        peepholes=any(c.peepholes for layer in record.layers for c in layer),
+        reset_after=mode != CUDNN_GRU,
+        stacks="separate" if record.separate_stacks else "layers",
+    )
+
+
 def _found(record: Record, kind: str, dtypes: Mapping[str, str] | None) -> FoundRNN:
     summary, problems = _summary(record, dtypes)
     cells = [c for layer in record.layers for c in layer]
@@ -231,15 +256,26 @@ def _found(record: Record, kind: str, dtypes: Mapping[str, str] | None) -> Found
         "naming": generations[0] if len(generations) == 1 else "mixed" if generations else None,
         "cells": [c.scope for c in cells],
     }
+    notes: list[str] = []
+    variant = _variant(record, mode)
+    if not variant.is_cudnn:
+        details["variant"] = variant.as_dict()
+        notes.append(f"it computes {mode} with a variant: {variant.describe()}")
     where = record.where
     if mode == CUDNN_LSTM:
         details["forget_bias"] = FORGET_BIAS_NOTE
+        details["not_stored"] = LSTM_NOT_STORED_NOTE
         if any(c.kind == "lstm_block_wrapper" for c in cells):
             details["cell_clip"] = _CLIP_NOTE
+    if mode == CUDNN_GRU:
+        details["not_stored"] = GRU_NOT_STORED_NOTE
     if mode == CUDNN_RNN_TANH:
         details["activation_known"] = False
         details["activation"] = ACTIVATION_NOTE
         where += " (tanh or relu is not stored: tanh shown, pass activation='relu' if so)"
+    notes += [
+        details[k] for k in ("forget_bias", "not_stored", "activation", "cell_clip") if k in details
+    ]
     return FoundRNN(
         record.name,
         where,
@@ -253,7 +289,7 @@ def _found(record: Record, kind: str, dtypes: Mapping[str, str] | None) -> Found
         computable=not problems,
         reasons=tuple(problems),
         details=details,
-        notes=tuple(details[k] for k in ("forget_bias", "activation", "cell_clip") if k in details),
+        notes=tuple(notes),
     )
 
 
@@ -267,15 +303,17 @@ def find_cells(
     ``shapes`` is name -> shape of every tensor of the checkpoint (its index: no tensor is
     read); ``kind`` is the file's kind, the records' ``format``; ``dtypes`` (name -> dtype name,
     as the index says) makes an RNN whose tensors are not all of one float dtype (an int32 or
-    string kernel) one that cuDNN's math does not compute, with that reason, as
-    :func:`read_cells` refuses it. A record's ``name`` is the
-    scope that identifies it (``rnn``, ``encoder/bidirectional_rnn``,
-    ``stack_bidirectional_rnn``; where two would read the same, their full paths such as
-    ``rnn/lstm_cell`` and ``rnn/multi_rnn_cell``), what :func:`read_cells` takes. Records of
-    RNNs that cuDNN's math does not compute (peepholes, GRU cells, inconsistent stacks) are
-    listed with their sizes and every reason. ``details`` has the TF classes, the naming
-    generation, the cells' scopes, and what the checkpoint does not store (``forget_bias``, a
-    BasicRNNCell's activation: ``activation_known`` False).
+    string kernel) one that cannot be read, with that reason, as :func:`read_cells` refuses
+    it. A record's ``name`` is the scope that identifies it (``rnn``,
+    ``encoder/bidirectional_rnn``, ``stack_bidirectional_rnn``; where two would read the same,
+    their full paths such as ``rnn/lstm_cell`` and ``rnn/multi_rnn_cell``), what
+    :func:`read_cells` takes. Records of RNNs that cannot be read (inconsistent stacks, shapes
+    that describe no cell) are listed with their sizes and every reason. What TF computes
+    beyond cuDNN's math (peepholes, TF's GRU, separate fw and bw stacks) is a variant, which the
+    first note says (``details["variant"]``: its changed fields). ``details`` has the TF
+    classes, the naming generation, the cells' scopes, and what the checkpoint does not store
+    (``forget_bias``; ``not_stored``: the clips and the activation; a BasicRNNCell's
+    activation: ``activation_known`` False), which the notes say too.
     """
     return [_found(r, kind, dtypes) for r in records_of(shapes)]
 
@@ -290,28 +328,35 @@ def read_cells(
     name: str,
     *,
     forget_bias: float = 1.0,
-    activation: str | None = None,
+    activation: str | Activation | None = None,
+    cell_clip: float | None = None,
+    proj_clip: float | None = None,
 ) -> ReadRNN:
     """The RNN ``name`` (as :func:`find_cells` lists it) of the TF1 checkpoint ``path`` (its
     prefix, its ``.index``, or its index from :func:`~cudnn_rnn.io.tf1.bundle.open_bundle`)
-    as pure data: its spec and canonical tensors in cuDNN's gate order, CPU tensors of the
+    as pure data: its spec (with the variant the checkpoint says: peepholes, TF's GRU,
+    separate stacks) and canonical tensors in cuDNN's gate order, CPU tensors of the
     checkpoint's dtype, and ``notes``. Only that RNN's tensors are read.
 
-    ``forget_bias`` (an LSTM's; TF's default 1.0) is added to the forget gate's input bias, as
-    TF added it at run time (a BasicRNNCell has none and ignores it). ``activation`` is a
-    BasicRNNCell's, which the checkpoint does not store: None or ``"tanh"`` (TF's default), or
-    ``"relu"``; an LSTM's must be None or ``"tanh"``, the only one cuDNN has.
+    What the cells computed and the checkpoint does not store: ``forget_bias`` (an LSTM's;
+    TF's default 1.0) is added to the forget gate's input bias, as TF added it at run time (the
+    other cells have none and ignore it). ``activation`` is the cells' ``activation`` (None:
+    TF's default tanh), one of :data:`~cudnn_rnn.core.variant.ACTIVATIONS` or an
+    :class:`~cudnn_rnn.core.variant.Activation`: an LSTM's candidate and output activation, a
+    GRU's candidate's, a BasicRNNCell's (``"relu"``: ``rnn_relu``). ``cell_clip`` and
+    ``proj_clip`` (an LSTM's; ``proj_clip`` with a projection only; None: no clip, TF's
+    default) clip the cell state and the projected output to ``[-clip, clip]``.
 
     Raises :class:`TF1CellsError` for a name the checkpoint does not hold (the message lists
-    those it holds) and for an RNN that cuDNN's math does not compute (with every reason);
+    those it holds) and for an RNN that cannot be read (with every reason);
     :class:`~cudnn_rnn.io.tf1.bundle.TF1BundleError` for a corrupt checkpoint;
-    ``TypeError``/``ValueError`` for a bad ``forget_bias`` or ``activation``.
+    ``TypeError``/``ValueError`` for a bad option, or one the RNN does not have (a clip of a
+    GRU, ``proj_clip`` without a projection).
     """
     forget_bias = _check_forget_bias(forget_bias)
-    if activation is not None and activation not in ("tanh", "relu"):
-        raise ValueError(
-            f"{_OWNER}: activation must be None, 'tanh' or 'relu', got {files.quote(activation)}."
-        )
+    chosen = _check_activation(activation)
+    clips = {"cell_clip": _check_clip("cell_clip", cell_clip)}
+    clips["proj_clip"] = _check_clip("proj_clip", proj_clip)
     index = path if isinstance(path, tf1_bundle.BundleIndex) else tf1_bundle.open_bundle(path)
     where = f"TF1 checkpoint {index.prefix}"
     entries = index.entries
@@ -330,13 +375,6 @@ def read_cells(
     if not found.computable:
         raise TF1CellsError(f"{_OWNER}: {where}: {found.describe()}.")
     mode = found.mode or CUDNN_LSTM
-    if mode == CUDNN_RNN_TANH and activation == "relu":
-        mode = CUDNN_RNN_RELU
-    if mode == CUDNN_LSTM and activation not in (None, "tanh"):
-        raise ValueError(
-            f"{_OWNER}: {name!r} is an LSTM, whose activation in cuDNN is tanh; got "
-            f"activation={activation!r}, pass None."
-        )
     spec = RNNSpec(
         mode,
         found.num_layers or 1,
@@ -344,21 +382,23 @@ def read_cells(
         found.input_size or 1,
         direction=found.direction or CUDNN_RNN_UNIDIRECTION,
         num_proj=found.num_proj,
+        variant=_asked(found, _variant(record, mode), chosen, clips),
         owner=_OWNER,
     )
     dtype: torch.dtype = getattr(torch, entries[wanted[0]].dtype)  # one float: checked
     arrays = tf1_bundle.read_bundle(index, names=wanted)
+    peepholes = spec.variant.peepholes
     blocks = {
-        (k, d): _cell_blocks(cell, arrays, forget_bias if mode == CUDNN_LSTM else 0.0)
+        (k, d): cell_blocks(cell, arrays, forget_bias=forget_bias, peepholes=peepholes)
         for k, layer in enumerate(record.layers)
         for d, cell in enumerate(layer)
     }
     table = layout_of(spec)
     weights = [_tensor(blocks[p.layer, p.direction][p.kind, p.gate], dtype) for p in table.weights]
     biases = [_tensor(blocks[p.layer, p.direction][p.kind, p.gate], dtype) for p in table.biases]
-    if mode != CUDNN_LSTM and activation is not None:
-        found = _activation_given(found, mode)
-    return ReadRNN(found, spec, weights, biases, _notes(record, mode, forget_bias, activation))
+    if mode == CUDNN_RNN_TANH and chosen is not None:
+        found = _activation_given(found, spec.mode)
+    return ReadRNN(found, spec, weights, biases, _notes(record, spec, forget_bias, chosen))
 
 
 def _check_forget_bias(value: object) -> float:
@@ -371,34 +411,62 @@ def _check_forget_bias(value: object) -> float:
     return float(value)
 
 
-def _cell_blocks(
-    cell: Cell, arrays: Mapping[str, np.ndarray[Any, Any]], forget_bias: float
-) -> dict[tuple[str, str | None], np.ndarray[Any, Any]]:
-    """One cell's canonical tensors by (layout kind, cuDNN gate), in float64: TF's kernel
-    ``[input + Hout, G*H]`` split into the input rows and the recurrent rows, each transposed,
-    the gates put in cuDNN's order; the bias as the input bias (the forget gate's plus
-    ``forget_bias``), the recurrent bias zero; the projection ``[H, P]`` transposed."""
-    gates = CUDNN_GATES[cell.mode]
-    tf_order = GATE_ORDERS["tf"][cell.mode]
-    inputs = cell.input_size or 0
-    kernel = arrays[cell.names[KERNEL]].astype(np.float64)
-    bias = permute_gates(arrays[cell.names[BIAS]].astype(np.float64), tf_order, gates)
-    parts = {
-        INPUT: permute_gates(kernel[:inputs].T, tf_order, gates),
-        RECURRENT: permute_gates(kernel[inputs:].T, tf_order, gates),
-        INPUT_BIAS: bias,
-        RECURRENT_BIAS: np.zeros_like(bias),
-    }
-    out: dict[tuple[str, str | None], np.ndarray[Any, Any]] = {
-        (what, gate): block
-        for what, stacked in parts.items()
-        for gate, block in zip(gates, np.split(stacked, len(gates)))
-    }
-    if (INPUT_BIAS, "f") in out:  # an LSTM: TF adds forget_bias to the forget gate's sum
-        out[INPUT_BIAS, "f"] = out[INPUT_BIAS, "f"] + forget_bias
-    if PROJ in cell.names:
-        out[PROJECTION, None] = arrays[cell.names[PROJ]].astype(np.float64).T
-    return out
+def _check_clip(name: str, value: object) -> float | None:
+    """A clip given: a finite float > 0; None: no clip (TF's default)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{_OWNER}: {name} must be a float > 0 or None (no clip), got "
+            f"{type(value).__name__} {value!r}."
+        )
+    clip = float(value)
+    if not math.isfinite(clip) or clip <= 0:
+        raise ValueError(
+            f"{_OWNER}: {name} must be a finite float > 0 or None (no clip), got {value!r}."
+        )
+    return clip
+
+
+def _check_activation(value: object) -> Activation | None:
+    """The cells' activation: None (TF's default, tanh), a name of ours or an Activation."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value not in ACTIVATIONS:
+        raise ValueError(
+            f"{_OWNER}: activation must be None (TF's default tanh) or one of "
+            f"{', '.join(map(repr, ACTIVATIONS))}, got {files.quote(value)}."
+        )
+    try:
+        return activation_of(value)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{_OWNER}: activation: {err}") from err
+
+
+def _asked(
+    found: FoundRNN, variant: Variant, activation: Activation | None, clips: dict[str, float | None]
+) -> Variant:
+    """The file's ``variant`` with what the caller said of the cells: their activation and
+    clips; ValueError for a clip the RNN does not have."""
+    mode = found.mode
+    given = [k for k, v in clips.items() if v is not None]
+    if given and mode != CUDNN_LSTM:
+        raise ValueError(
+            f"{_OWNER}: {' and '.join(given)} {'is' if len(given) == 1 else 'are'} TF's LSTM "
+            f"cells'; {files.quote(found.name)} is {'a GRU' if mode == CUDNN_GRU else 'an RNN'} "
+            "of TF's cells: pass None."
+        )
+    if clips["proj_clip"] is not None and found.num_proj is None:
+        raise ValueError(
+            f"{_OWNER}: proj_clip clips the projection's output, and {files.quote(found.name)} "
+            "has no projection (TF's LSTMCell ignores proj_clip without num_proj): pass None."
+        )
+    variant = replace(variant, cell_clip=clips["cell_clip"], proj_clip=clips["proj_clip"])
+    if activation is None:
+        return variant
+    if mode == CUDNN_LSTM:
+        return replace(variant, cell_activation=activation, output_activation=activation)
+    return replace(variant, cell_activation=activation)
 
 
 def _tensor(array: np.ndarray[Any, Any], dtype: torch.dtype) -> torch.Tensor:
@@ -418,35 +486,44 @@ def _activation_given(found: FoundRNN, mode: str) -> FoundRNN:
         direction=found.direction,
         num_proj=found.num_proj,
         details={**found.details, "activation_known": True},
+        notes=found.notes,
     )
 
 
 def _notes(
-    record: Record, mode: str, forget_bias: float, activation: str | None
+    record: Record, spec: RNNSpec, forget_bias: float, activation: Activation | None
 ) -> tuple[str, ...]:
     cells = [c for layer in record.layers for c in layer]
+    variant = spec.variant
     notes = [
         "TF's cells have one bias per gate: it is the input bias here, the recurrent bias zero."
     ]
-    if mode == CUDNN_LSTM:
-        said = "TF's default" if forget_bias == 1.0 else "as passed"
+    if not variant.is_cudnn:
+        notes.append(f"it computes {spec.mode} with a variant: {variant.describe()}.")
+    chosen = "tanh" if activation is None else activation.describe()
+    said = "TF's default" if activation is None else "as passed"
+    if spec.mode == CUDNN_LSTM:
+        given = "TF's default" if forget_bias == 1.0 else "as passed"
         notes.append(
-            f"forget_bias {forget_bias} ({said}; not stored in a checkpoint) added to the forget "
+            f"forget_bias {forget_bias} ({given}; not stored in a checkpoint) added to the forget "
             "gate's input bias; pass forget_bias= if the cells were built with another."
         )
+        names = ("cell_clip", "proj_clip") if spec.num_proj is not None else ("cell_clip",)
+        values = {"cell_clip": variant.cell_clip, "proj_clip": variant.proj_clip}
+        clipped = ", ".join(
+            f"{n} {'none' if values[n] is None else f'{values[n]:g}'}" for n in names
+        )
         notes.append(
-            "cell_clip, proj_clip and the cell's activation (tanh by default) are not stored "
-            "either: if the model clipped or used another activation, its outputs differ from "
-            "these."
+            f"{clipped} and activation {chosen}: TF's defaults (no clip, tanh) where not passed, "
+            f"as none is stored in a checkpoint; pass {', '.join(n + '=' for n in names)} or "
+            "activation= if the cells were built with others, else the outputs differ."
         )
         if any(c.kind == "lstm_block_wrapper" for c in cells):
             notes.append(_CLIP_NOTE + ".")
     else:
-        chosen = activation or "tanh"
-        said = "TF's default; " if activation is None else "as passed; "
         notes.append(
-            f"activation {chosen} ({said}not stored in a checkpoint); pass activation='relu' "
-            "or 'tanh' to choose."
+            f"activation {chosen} ({said}; not stored in a checkpoint); pass activation= to "
+            "choose" + (" ('relu' for a relu BasicRNNCell)." if spec.mode != CUDNN_GRU else ".")
         )
     if any(c.kind in ("lstm_fused_cell", "lstm_block_wrapper") for c in cells):
         notes.append("LSTMBlockFusedCell took time-major input ([time, batch, features]).")
