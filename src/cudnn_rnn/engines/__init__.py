@@ -37,11 +37,11 @@ tests/engines/test_native.py, tests/engines/test_cudnn_engine.py).
 Bits across thread counts: ``native`` computes every element the same way on any number of
 threads and at AVX2 and AVX-512 alike (tests/engines/test_same_bits.py), so a call gives the
 same bits on 1 to 16 threads. ``cudnn`` repeats its bits call to call on one GPU
-(tests/engines/test_cuda_engine.py); CPU threads play no part there. ``torch``, ``onednn``
-and ``loop`` run MKL's or oneDNN's products, whose split of a sum across threads follows the
-thread count: they repeat their bits at one thread count, and may differ in the last place
-between counts. Those rows serve what the native engine does not (float64, float16,
-bfloat16, projection on CPU, or the engine not built).
+(tests/engines/test_cuda_engine.py); CPU threads play no part there. ``torch``, ``onednn``,
+``loop`` and ``variant`` run MKL's or oneDNN's products, whose split of a sum across threads
+follows the thread count: they repeat their bits at one thread count, and may differ in the
+last place between counts. Those rows serve what the native engine does not (float64,
+float16, bfloat16, projection on CPU, the variants, or the engine not built).
 
 float64, float16 and bfloat16 on CPU, projection on CPU, bfloat16 on CUDA and CUDA without cuDNN
 stay on torch's kernels and the loop. Set ``CUDNN_RNN_NATIVE=0`` to run CPU float32 calls on
