@@ -146,9 +146,9 @@ def test_bad_files(tmp_path: Path) -> None:
     save_file(
         {"x": torch.zeros(1)},
         newer,
-        metadata={"format": "cudnn_rnn.canonical", "format_version": "2"},
+        metadata={"format": "cudnn_rnn.canonical", "format_version": "3"},
     )
-    with pytest.raises(ValueError, match=r"format_version '2' is newer than this library's \(1\)"):
+    with pytest.raises(ValueError, match=r"format_version '3' is newer than this library's \(2\)"):
         checkpoint.restore(newer, layer)
     other = tmp_path / "other.safetensors"
     save_file({"x": torch.zeros(1)}, other, metadata={"format": "something"})

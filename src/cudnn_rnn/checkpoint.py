@@ -14,6 +14,13 @@ therefore ignores tensors nobody asked for unless ``strict=True``.
 Objects are layers, saveables, cell containers (``MultiRNNCell``, ``BidirectionalStack``), or any
 ``nn.Module`` that contains them (its checkpointable submodules are used, outermost first).
 
+A layer or saveable of a variant (:class:`~cudnn_rnn.core.variant.Variant`: a model that is not
+cuDNN's math) is saved to our files only: their metadata holds the variant (format version 2),
+an LSTM's peepholes are three more tensors per layer-direction. A TF1 checkpoint holds TF's
+cuDNN-compatible cells, which compute cuDNN's math only: ``format="tf"`` refuses a variant, and
+so does restoring a TF1 checkpoint into one. A restore compares what each object computes with
+what the file says its model computes, and refuses where they differ.
+
 This module fits files to objects; it parses no file itself: the safetensors files are read and
 written by :mod:`cudnn_rnn.io.safetensors` (whose :class:`CheckpointError` it re-exports),
 TF1 checkpoints by :mod:`cudnn_rnn.io.tf1`.
@@ -43,6 +50,7 @@ from cudnn_rnn.checkpointable import Checkpointable, Shape
 from cudnn_rnn.converters import tf1_legacy as tf1_legacy
 from cudnn_rnn.converters import tf1_opaque as tf1_opaque
 from cudnn_rnn.core import tf_names
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.io import safetensors
 from cudnn_rnn.io.files import Claims
 from cudnn_rnn.io.files.escaping import first_line, quote
@@ -105,12 +113,24 @@ def _kinds(items: Iterable[Any]) -> str:
 def save(path: str | os.PathLike[str], objects: Any, *, format: str = "safetensors") -> None:
     """Write the canonical tensors of ``objects`` to ``path``, atomically.
 
-    ``format="safetensors"`` (default) writes one file with metadata; ``format="tf"`` writes a
-    TF1 bundle ``PREFIX.index`` + ``PREFIX.data-00000-of-00001`` that TensorFlow reads.
+    ``format="safetensors"`` (default) writes one file with metadata (a model's variant
+    included); ``format="tf"`` writes a TF1 bundle ``PREFIX.index`` +
+    ``PREFIX.data-00000-of-00001`` that TensorFlow reads, and refuses (ValueError, before
+    anything is written) an object that computes a variant.
     """
     if format not in ("safetensors", "tf"):
         raise ValueError(f"checkpoint: format must be 'safetensors' or 'tf', got {format!r}.")
     found = checkpointables(objects)
+    if format == "tf":
+        for obj in found:
+            variant = _variant_of(obj)
+            if not variant.is_cudnn:
+                raise ValueError(
+                    f"checkpoint: a TF1 checkpoint holds TF's cuDNN-compatible cells, which "
+                    f"compute cuDNN's math only, and {type(obj).__name__} computes a variant "
+                    f"({variant.describe()}): save it to .safetensors (format='safetensors', the "
+                    "default), which holds the variant."
+                )
     tensors: dict[str, Tensor] = {}
     for obj in found:
         for name, tensor in obj.checkpoint_entries().items():
@@ -287,6 +307,10 @@ def restore(
     ones: TF 1.3's ``multi_rnn_cell/...`` names, whose exact biases ``bias_cudnn_*`` are used
     exactly, and TF 1.8-1.15's object-based keys of a unidirectional ``CudnnLSTM``, at
     ``object_path`` (e.g. ``"model/lstm"``) or the one path of the file that fits.
+
+    What each object computes must be what the file says its model computes (matched by scope
+    and direction): a variant in our files' metadata, cuDNN's math in a file without one and in
+    every TF1 checkpoint. Where they differ, nothing is restored.
     """
     found = checkpointables(objects)
     expected: dict[str, Shape] = {}
@@ -297,10 +321,12 @@ def restore(
             raise CheckpointError(
                 path, "object_path= reads a TF1 object-based checkpoint; this file is not TF1."
             )
+        _check_math(path, found, safetensors.described_variants(path), tf1=False)
         tensors = read_expected(path, expected, strict=strict)
         _opaque_plan(path, None, found, tensors, optimizer, opaque_name)  # refuses TF1 options
         load_into(path, found, tensors)
         return
+    _check_math(path, found, {}, tf1=True)
     bundle = _tf_bundle(path)  # the index is parsed once for every step below
     claims = _tf_claims(bundle)
     where = tf1_legacy.file_names(expected, claims, found, object_path)
@@ -334,6 +360,54 @@ def restore(
     load_into(path, found, tensors, buffers)
     if exact is not None:
         exact.apply_states()
+
+
+def _variant_of(obj: Checkpointable) -> Variant:
+    """What ``obj`` computes: its ``checkpoint_spec``'s variant, cuDNN's math without one."""
+    described = obj.checkpoint_spec().get("variant")
+    return CUDNN if described is None else Variant.from_dict(described)
+
+
+def _check_math(
+    path: str | os.PathLike[str],
+    objects: Sequence[Checkpointable],
+    held: Mapping[tuple[str | None, bool], Variant],
+    *,
+    tf1: bool,
+) -> None:
+    """CheckpointError where an object computes other than the file's model of its scope and
+    direction (``held``: :func:`~cudnn_rnn.io.safetensors.described_variants`; empty for a file
+    that holds no variant and for a TF1 checkpoint, ``tf1``)."""
+    problems = []
+    for obj in objects:
+        spec = obj.checkpoint_spec()
+        kind = spec.get("kind")
+        if kind in ("multi_rnn_cell", "stack_bidirectional_rnn"):
+            bidirectional = kind == "stack_bidirectional_rnn"
+        else:
+            bidirectional = spec.get("direction") == "bidirectional"
+        ours = _variant_of(obj)
+        theirs = held.get((spec.get("scope") or None, bidirectional), CUDNN)
+        if ours == theirs:
+            continue
+        if tf1:
+            problems.append(
+                f"{type(obj).__name__} computes {_math(ours)}, and a TF1 checkpoint holds TF's "
+                "cuDNN-compatible cells, which compute cuDNN's math only; restore it from a "
+                ".safetensors checkpoint, which holds the variant"
+            )
+        else:
+            problems.append(
+                f"{type(obj).__name__} computes {_math(ours)}, and the file's model of its "
+                f"scope and direction computes {_math(theirs)}; restore into a layer of the "
+                "file's model (cudnn_rnn.load builds one)"
+            )
+    if problems:
+        raise CheckpointError(path, problems)
+
+
+def _math(variant: Variant) -> str:
+    return "cuDNN's math" if variant.is_cudnn else f"a variant ({variant.describe()})"
 
 
 def _scope_hint(expected: Mapping[str, Shape], claims: Claims) -> str | None:

@@ -136,7 +136,8 @@ class _CudnnRNN(nn.Module, SpecProperties):
                 (:class:`~cudnn_rnn.core.variant.Variant`: a GRU's reset gate before the
                 product, other activations, peepholes, clips, coupled gates, reverse time, how
                 the directions merge). Default None: cuDNN's own. A variant runs on the
-                ``variant`` engine (any device, with training) and has no TF1 cuDNN checkpoint.
+                ``variant`` engine (any device, with training); our ``.safetensors``
+                checkpoints hold it, TF1's (TF's cuDNN-compatible cells) cannot.
             scope: (keyword) the variable scope that prefixes the names of the TF canonical
                 checkpoint (:attr:`saveable`, :mod:`cudnn_rnn.checkpoint`). Default None: the
                 names start with ``rnn/`` (``stack_bidirectional_rnn/`` when bidirectional).
@@ -361,15 +362,13 @@ class _CudnnRNN(nn.Module, SpecProperties):
 
     @property
     def saveable(self) -> CudnnOpaqueParamsSaveable:
-        """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given)."""
+        """The canonical-format saveable bound to ``opaque_kernel`` (scope: the ``scope`` given).
+
+        A variant's saveable serves our ``.safetensors`` checkpoints (the variant in their
+        metadata, an LSTM's peepholes as ``w_i_diag, w_f_diag, w_o_diag``); its ``specs``, what
+        TF's saver writes for TF's cuDNN-compatible cells, refuse it, as
+        ``checkpoint.save(..., format="tf")`` does."""
         spec = self._built_spec("saveable")
-        if not spec.variant.is_cudnn:
-            raise ValueError(
-                f"{type(self).__name__}: our canonical checkpoints (TF1 and .safetensors) hold "
-                f"cuDNN's math only for now, and this layer computes a variant "
-                f"({spec.variant.describe()}): write it to .onnx (convert.to_onnx, where ONNX's "
-                "nodes hold the variant), or torch.save its state_dict with get_config()."
-            )
         from cudnn_rnn.saveable import saveables as saveable_module
 
         if self._saveable is None or self._saveable.opaque_params is not self.opaque_kernel:
@@ -384,6 +383,7 @@ class _CudnnRNN(nn.Module, SpecProperties):
                 scope=self._scope,
                 name=f"{self._name}/opaque_kernel_saveable",
                 **({"num_proj": spec.num_proj} if spec.num_proj is not None else {}),
+                variant=spec.variant,
             )
         return self._saveable
 

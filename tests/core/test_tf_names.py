@@ -88,6 +88,9 @@ def test_the_tables_are_the_documented_names() -> None:
         assert not any(tf_names.is_kernel(b) for b in biases)
     assert tf_names.PROJECTION_KERNEL == "projection/kernel"
     assert tf_names.is_kernel(tf_names.PROJECTION_KERNEL)
+    # A peephole variant's (our .safetensors only), as TF's LSTMCell names them.
+    assert dict(tf_names.PEEPHOLE_NAMES) == {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
+    assert not any(tf_names.is_kernel(p) for p in tf_names.PEEPHOLE_NAMES.values())
 
 
 @pytest.mark.parametrize("scope", [None, "", "s", "a/b"])

@@ -6,6 +6,7 @@ there, and nothing of the four modes changes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -237,13 +238,19 @@ def test_cuda_equals_cpu(mode: str, layers: int, variant: Variant, kwargs: dict[
     torch.testing.assert_close(ggx.cpu(), gx, rtol=1e-10, atol=1e-12)
 
 
-def test_formats_that_cannot_hold_a_variant_say_so_in_one_line() -> None:
+def test_formats_that_cannot_hold_a_variant_say_so_in_one_line(tmp_path: Path) -> None:
+    """TF1's checkpoints (TF's cuDNN-compatible cells) and torch.nn cannot hold a variant: each
+    says so in one line, naming what can (tests/test_checkpoint_variants.py: .safetensors)."""
+    from cudnn_rnn import checkpoint
     from cudnn_rnn.converters.torch_nn import to_torch
 
     layer = _layer("gru", 1, Variant(reset_after=False), {})
-    says = r"canonical checkpoints \(TF1 and \.safetensors\) hold cuDNN's math only"
+    says = r"TF's cuDNN-compatible cells, which compute cuDNN's math only.*\.safetensors"
     with pytest.raises(ValueError, match=says) as e:
-        _ = layer.saveable
+        checkpoint.save(tmp_path / "m.ckpt", layer, format="tf")
+    assert "\n" not in str(e.value) and not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=says) as e:
+        _ = layer.saveable.specs
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"torch\.nn's RNNs compute cuDNN's four modes only"):
         to_torch(layer)

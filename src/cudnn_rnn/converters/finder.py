@@ -24,6 +24,7 @@ from cudnn_rnn.converters import onnx as onnx_format
 from cudnn_rnn.converters.options import PYTHON, _keras_h5_options, check_options
 from cudnn_rnn.converters.readers import _claims, _described, kind_of, reader_of, tensor_shapes
 from cudnn_rnn.core import tf_names
+from cudnn_rnn.core.variant import Variant
 from cudnn_rnn.io.detect import detect_models, detect_models_and_skipped
 from cudnn_rnn.io.files import Claims
 from cudnn_rnn.io.files.escaping import clip, escape, quote
@@ -128,8 +129,16 @@ def _found_model(index: int, config: dict[str, Any], kind: str) -> FoundRNN:
     its scope, or ``#index`` without one."""
     name = config.get("scope") or f"#{index}"
     mode = config.get("rnn_mode")
+    details: dict[str, Any] = {}
+    notes: tuple[str, ...] = ()
     if config.get("activation_known") is False:
         mode = None  # a BasicRNNCell: the caller says tanh or relu (--activation)
+        details["needs_activation"] = True
+    if "variant" in config:  # our metadata's (checked by its reader), as the other readers say it
+        details["variant"] = config["variant"]
+        notes = (
+            f"it computes {mode} with a variant: {Variant.from_dict(config['variant']).describe()}",
+        )
     return FoundRNN(
         str(name),
         f"model {index} of the checkpoint" + (f" (scope {name!r})" if config.get("scope") else ""),
@@ -140,7 +149,8 @@ def _found_model(index: int, config: dict[str, Any], kind: str) -> FoundRNN:
         input_size=config.get("input_size"),
         direction=config.get("direction"),
         num_proj=config.get("num_proj") or None,
-        details={"needs_activation": True} if config.get("activation_known") is False else {},
+        details=details,
+        notes=notes,
     )
 
 

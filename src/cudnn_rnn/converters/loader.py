@@ -55,9 +55,11 @@ from cudnn_rnn.converters.readers import (
     tensor_shapes,
 )
 from cudnn_rnn.core import tf_names
+from cudnn_rnn.core.constants import CUDNN_INPUT_LINEAR_MODE
+from cudnn_rnn.core.variant import Variant
 from cudnn_rnn.errors import UsageError
 from cudnn_rnn.io.detect import detect_models_and_skipped
-from cudnn_rnn.io.files import escaping
+from cudnn_rnn.io.files import Claims, escaping
 from cudnn_rnn.io.files.escaping import clip, first_line, quote
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.once import one_operation
@@ -275,12 +277,16 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
         # The file's other models' tensors are expected there when one model is picked.
         tensors = checkpoint.read_expected(path, expected, strict=len(models) == 1)
     kwargs: dict[str, Any] = {"num_proj": config["num_proj"]} if config.get("num_proj") else {}
+    if "variant" in config:  # (our metadata's, checked by its reader)
+        kwargs["variant"] = Variant.from_dict(config["variant"])
     layer = LAYER_CLASSES[mode](
         config["num_layers"],
         config["num_units"],
+        input_mode=config.get("input_mode", CUDNN_INPUT_LINEAR_MODE),
         direction=config["direction"],
         input_size=config["input_size"],
         scope=config.get("scope"),
+        dtype=_file_dtype(claims, expected),
         **kwargs,
     )
     if reader == "tf":
@@ -299,6 +305,15 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
                 )
     checkpoint.load_into(path, [layer], tensors)
     return layer
+
+
+def _file_dtype(claims: Claims, expected: dict[str, Any]) -> torch.dtype:
+    """The dtype a checkpoint's model is built in: its tensors', where they are all float16 or
+    all float64, else float32 (as :func:`_built` does)."""
+    found = {claims[name][1] for name in expected if name in claims}
+    if len(found) == 1 and found <= {"float16", "float64"}:
+        return getattr(torch, found.pop())  # type: ignore[no-any-return]
+    return torch.float32
 
 
 def _load_keras3(ask: _Request) -> _CudnnRNN:
@@ -452,8 +467,10 @@ def _expected_shapes(
             config["num_layers"],
             config["num_units"],
             config["input_size"],
+            config.get("input_mode", CUDNN_INPUT_LINEAR_MODE),
             direction=config["direction"],
             num_proj=proj,
+            variant=Variant.from_dict(config.get("variant", {})),
             owner="cudnn-rnn",
         )
         # A meta tensor has a size and no storage: the saveable names the tensors, allocating
@@ -464,9 +481,11 @@ def _expected_shapes(
             spec.num_layers,
             spec.num_units,
             spec.input_size,
-            direction=spec.direction,
+            spec.input_mode,
+            spec.direction,
             scope=config.get("scope"),
             num_proj=proj,
+            variant=spec.variant,
         )
     except (TypeError, ValueError, RuntimeError, OverflowError) as err:
         raise UsageError(

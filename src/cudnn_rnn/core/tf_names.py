@@ -14,6 +14,8 @@ layer ``l`` (0-based)::
     <variable>  lstm, rnn_*  kernel, bias; lstm with num_proj also projection/kernel
                 gru          gates/kernel, gates/bias, candidate/input_projection/{kernel,bias},
                              candidate/hidden_projection/{kernel,bias}
+                lstm with peepholes (a variant; our .safetensors only) also w_i_diag, w_f_diag,
+                w_o_diag, as TF's LSTMCell names them
 
 Everything here is data and string functions (no torch): the saveables, the compatible cells and
 their stacks build their names with :func:`cell_scope` / :func:`variable_name` and the tables
@@ -76,6 +78,7 @@ __all__ = [
     "LEGACY_CELLS",
     "LSTM_CELL",
     "OBJECT_VALUE",
+    "PEEPHOLE_NAMES",
     "PROJECTION_KERNEL",
     "UNIDIRECTIONAL_STACK",
     "LegacyName",
@@ -131,6 +134,13 @@ CANDIDATE_INPUT_KERNEL = "candidate/input_projection/kernel"
 CANDIDATE_INPUT_BIAS = "candidate/input_projection/bias"
 CANDIDATE_HIDDEN_KERNEL = "candidate/hidden_projection/kernel"
 CANDIDATE_HIDDEN_BIAS = "candidate/hidden_projection/bias"
+
+#: An LSTM's peephole weights ``[H]`` by the gate they feed (cuDNN's ``P_i, P_f, P_o``): the
+#: names of TF's ``LSTMCell(use_peepholes=True)`` and of the block cells' ``use_peephole``. Our
+#: checkpoints store a peephole variant's under the cell scope with these names.
+PEEPHOLE_NAMES: Mapping[str, str] = MappingProxyType(
+    {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
+)
 
 _GRU_KERNELS = (GATES_KERNEL, CANDIDATE_INPUT_KERNEL, CANDIDATE_HIDDEN_KERNEL)
 _GRU_BIASES = (GATES_BIAS, CANDIDATE_INPUT_BIAS, CANDIDATE_HIDDEN_BIAS)

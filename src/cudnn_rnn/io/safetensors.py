@@ -1,7 +1,10 @@
 """Our safetensors checkpoint files: the reader that believes nothing, the writer, the models.
 
 A checkpoint is one safetensors file of TF canonical tensors with a metadata block (``format``,
-``format_version``, ``models``), specified in ``docs/checkpoint_format.md``. :func:`open_checked`
+``format_version``, ``models``), specified in ``docs/checkpoint_format.md``. A file whose
+models compute cuDNN's math is version 1, byte for byte what it always was; one that holds a
+variant (a model entry's ``variant``) is version 2, which a reader of version 1 refuses as newer
+than itself, so no older reader takes a variant for cuDNN's math. :func:`open_checked`
 opens one and checks its whole header against the file (see "Reading" there) before any tensor is
 made; :func:`load_file` reads every tensor, :func:`describe` the models of the metadata, and
 :func:`write` writes one atomically. Any problem raises :class:`CheckpointError` naming the file;
@@ -11,6 +14,7 @@ made; :func:`load_file` reads every tensor, :func:`describe` the models of the m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import io
 import json
@@ -23,9 +27,11 @@ import torch
 from safetensors.torch import save as st_save
 from torch import Tensor
 
-from cudnn_rnn.core.constants import DIRECTIONS, INPUT_MODES, MODES
+from cudnn_rnn.core.constants import CUDNN_RNN_BIDIRECTION, DIRECTIONS, INPUT_MODES, MODES
+from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.io import atomic
-from cudnn_rnn.io.files.escaping import quote
+from cudnn_rnn.io.files.escaping import clip, first_line, quote
 from cudnn_rnn.io.files.json_loader import load_json
 from cudnn_rnn.io.files.opening import FormatError, NotRegularFile, open_regular
 from cudnn_rnn.io.files.sniffing import KINDS, SAFETENSORS, UNKNOWN, sniff_file
@@ -34,9 +40,12 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MAX_LISTED_PROBLEMS",
+    "PLAIN_FORMAT_VERSION",
+    "VARIANT_FORMAT_VERSION",
     "CheckpointError",
     "SafetensorsFile",
     "describe",
+    "described_variants",
     "gc_paused",
     "load_file",
     "open_checked",
@@ -44,7 +53,14 @@ __all__ = [
 ]
 
 FORMAT = "cudnn_rnn.canonical"
-FORMAT_VERSION = 1
+#: The version of a file whose every model computes cuDNN's math (what every file was before
+#: variants).
+PLAIN_FORMAT_VERSION = 1
+#: The version of a file that holds a variant (a model entry's ``variant``): readers of version
+#: 1 refuse it as newer than themselves rather than read the variant as cuDNN's math.
+VARIANT_FORMAT_VERSION = 2
+#: The newest version this library reads (and writes).
+FORMAT_VERSION = VARIANT_FORMAT_VERSION
 
 #: At most this many problems are spelled out in an error message.
 MAX_LISTED_PROBLEMS = 20
@@ -86,10 +102,13 @@ def write(
     path: str | os.PathLike[str], tensors: Mapping[str, Tensor], models: Sequence[Mapping[str, Any]]
 ) -> None:
     """Write ``tensors`` (contiguous, on the CPU) and the descriptions of ``models`` to ``path``
-    as a checkpoint of this format, atomically; the folder is created if missing."""
+    as a checkpoint of this format, atomically; the folder is created if missing. The version
+    is :data:`VARIANT_FORMAT_VERSION` where a model has a ``variant``, else
+    :data:`PLAIN_FORMAT_VERSION`."""
+    variant = any("variant" in m for m in models)
     metadata = {
         "format": FORMAT,
-        "format_version": str(FORMAT_VERSION),
+        "format_version": str(VARIANT_FORMAT_VERSION if variant else PLAIN_FORMAT_VERSION),
         "models": json.dumps(list(models), sort_keys=True),
     }
     data = st_save(dict(tensors), metadata=metadata)
@@ -364,6 +383,7 @@ def describe(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     p = Path(path)
     with open_checked(p) as checked:
         text = checked.metadata.get("models")
+        version = int(checked.metadata.get("format_version", PLAIN_FORMAT_VERSION))
     if text is None:
         return []
 
@@ -379,7 +399,80 @@ def describe(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         problem = _model_problem(model)
         if problem is not None:
             raise bad(f"entry {i}: {problem}")
+        if "variant" in model:
+            _check_variant(p, i, model, version)
     return models
+
+
+def _check_variant(path: Path, index: int, model: dict[str, Any], version: int) -> None:
+    """A model entry's ``variant``: held by a file of :data:`VARIANT_FORMAT_VERSION` or newer,
+    every field one this version knows with a value it takes, and one the model's mode and
+    direction have; else one line of :class:`CheckpointError`."""
+    where = f"metadata 'models' entry {index}: variant"
+    value = model["variant"]
+    if version < VARIANT_FORMAT_VERSION:
+        raise CheckpointError(
+            path,
+            f"{where} in a file of format_version {version}; a variant needs format_version "
+            f"{VARIANT_FORMAT_VERSION} (readers that know no variant read version "
+            f"{PLAIN_FORMAT_VERSION} as cuDNN's math); "
+            "the file is corrupt or was not written by cudnn_rnn.",
+        )
+    if type(value) is not dict:
+        raise CheckpointError(
+            path, f"{where} must be an object of fields, got {quote(value)}; the file is corrupt."
+        )
+    known = {f.name for f in dataclasses.fields(Variant)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise CheckpointError(
+            path,
+            f"{where} has field(s) {', '.join(quote(k, 40) for k in unknown[:5])} that this "
+            f"version of cudnn_rnn does not know (it knows {', '.join(sorted(known))}); upgrade "
+            "cudnn_rnn, or the file is corrupt.",
+        )
+    try:
+        variant = Variant.from_dict(value)
+        # Sizes checked by _model_problem; nothing is allocated.
+        spec = RNNSpec(
+            model["rnn_mode"], model["num_layers"], model["num_units"], model["input_size"],
+            model.get("input_mode", INPUT_MODES[0]), model["direction"], model.get("num_proj"),
+            variant=variant, owner="variant",
+        )  # fmt: skip
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(
+            path,
+            f"{where} {quote(value, 200)} does not describe a model ({clip(first_line(err))}); "
+            "the file is corrupt.",
+        ) from None
+    if (spec.mode, spec.variant) != (model["rnn_mode"], variant):
+        raise CheckpointError(
+            path,
+            f"{where} {quote(value, 200)} is not as cudnn_rnn writes it (it is rnn_mode "
+            f"{spec.mode!r} with {spec.variant.describe() or 'no variant'}); the file is corrupt.",
+        )
+
+
+def described_variants(path: str | os.PathLike[str]) -> dict[tuple[str | None, bool], Variant]:
+    """What each model of a checkpoint computes, by ``(scope, bidirectional)`` (which sets its
+    names apart): the variant of a model entry that has one, cuDNN's math (:data:`CUDNN`) for
+    every other entry (a cell stack included). A file of :data:`PLAIN_FORMAT_VERSION` holds no
+    variant (:func:`describe` refuses one there): ``{}``, its ``models`` not read."""
+    with open_checked(path) as checked:
+        version = int(checked.metadata.get("format_version", PLAIN_FORMAT_VERSION))
+    if version < VARIANT_FORMAT_VERSION:
+        return {}
+    out: dict[tuple[str | None, bool], Variant] = {}
+    for model in describe(path):
+        kind = model.get("kind")
+        bidirectional = (
+            kind == "stack_bidirectional_rnn"
+            if kind in _STACK_KINDS
+            else model.get("direction") == CUDNN_RNN_BIDIRECTION
+        )
+        variant = Variant.from_dict(model["variant"]) if "variant" in model else CUDNN
+        out[model.get("scope") or None, bidirectional] = variant
+    return out
 
 
 def _model_problem(model: dict[str, Any]) -> str | None:

@@ -22,11 +22,18 @@ the cuDNN input/recurrent matrices ``[H, in]``/``[H, Hout]``, ``bW_g``/``bR_g`` 
            candidate/hidden_projection/kernel [H, H]  = R_h^T,  .../bias = bR_h
     tanh,  kernel [in+H, H] = [W|R]^T
     relu   bias   [H]       = bW + bR
+    LSTM with peepholes (a variant), after the bias:
+           w_i_diag, w_f_diag, w_o_diag [H] = P_i, P_f, P_o              (exact)
 
 Back to cuDNN, kernels are transposed, split and reordered exactly. A summed bias ``B`` comes back
 as ``bW = bR = B / 2``: TF's cells have one bias where cuDNN has two, and only the sum enters the
 math, so this is lossless for the outputs but not for the individual ``bW``/``bR`` (the GRU
 candidate biases are kept apart and round-trip exactly).
+
+A variant (:class:`~cudnn_rnn.core.variant.Variant`, ``variant=``) changes no tensor of the mode,
+only adds the peepholes where it has them: its other settings are no tensors, and the metadata of
+our checkpoints holds them (:mod:`cudnn_rnn.checkpoint`). TF's cuDNN-compatible cells, whose
+names these are, compute cuDNN's math only, so a TF1 checkpoint never holds a variant.
 
 ``skip_input``: layer 0 has no stored input matrices; this library's canonical form holds identity
 matrices in their place (``Layout.unpack`` returns them, ``Layout.pack`` requires them). So the
@@ -56,6 +63,8 @@ from cudnn_rnn.core.gates import CUDNN_GATES, GATE_ORDERS, permute_gates
 from cudnn_rnn.core.layout import (
     INPUT,
     INPUT_BIAS,
+    PEEPHOLE,
+    PEEPHOLE_GATES,
     PROJECTION,
     RECURRENT,
     RECURRENT_BIAS,
@@ -63,8 +72,15 @@ from cudnn_rnn.core.layout import (
     Param,
     layout_of,
 )
-from cudnn_rnn.core.spec import RNNSpec, SpecProperties
-from cudnn_rnn.core.tf_names import BIAS_NAMES, DIRECTIONS, KERNEL_NAMES, PROJECTION_KERNEL
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_variant_mode
+from cudnn_rnn.core.tf_names import (
+    BIAS_NAMES,
+    DIRECTIONS,
+    KERNEL_NAMES,
+    PEEPHOLE_NAMES,
+    PROJECTION_KERNEL,
+)
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.validation import DTYPES, NUMPY_TO_TORCH, check_dtype, check_one_device
 
 __all__ = [
@@ -93,9 +109,10 @@ class _TFParam(NamedTuple):
 
 def _describe(spec: RNNSpec) -> str:
     proj = f", num_proj={spec.num_proj}" if spec.num_proj is not None else ""
+    variant = f", {spec.variant.describe()}" if not spec.variant.is_cudnn else ""
     return (
         f"{spec.mode} (num_layers={spec.num_layers}, num_units={spec.num_units}, "
-        f"input_size={spec.input_size}, {spec.input_mode}, {spec.direction}{proj})"
+        f"input_size={spec.input_size}, {spec.input_mode}, {spec.direction}{proj}{variant})"
     )
 
 
@@ -162,6 +179,7 @@ class CudnnParamsFormatConverter(SpecProperties):
         direction: str = CUDNN_RNN_UNIDIRECTION,
         *,
         dtype: torch.dtype | str | None = None,
+        variant: Variant | None = None,
     ) -> None:
         """Describe the model whose buffers this converts; TF's argument order (``num_proj``
         fourth). The four converter classes share this constructor; the base is abstract.
@@ -184,6 +202,10 @@ class CudnnParamsFormatConverter(SpecProperties):
             dtype: (keyword) the dtype results are computed in: ``torch.float16``,
                 ``torch.bfloat16``, ``torch.float32`` or ``torch.float64`` (or its name).
                 Default None: that of the given tensors.
+            variant: (keyword) what the model computes beyond the mode's cuDNN math
+                (:class:`~cudnn_rnn.core.variant.Variant`); an LSTM's peepholes are converted
+                too (``w_i_diag, w_f_diag, w_o_diag [H]`` after each layer-direction's bias).
+                Default None: cuDNN's own.
 
         Raises:
             TypeError: the abstract base class; an argument of the wrong type (a size that
@@ -192,7 +214,8 @@ class CudnnParamsFormatConverter(SpecProperties):
             ValueError: a value out of range: a size below 1, ``num_proj > num_units`` or
                 ``num_proj`` for another mode than LSTM (r1.15 ignored it), an
                 ``input_mode`` or ``direction`` not among the constants, a dtype other than
-                the four, ``"skip_input"`` with ``input_size != num_units``.
+                the four, ``"skip_input"`` with ``input_size != num_units``, a variant field
+                the mode or direction does not have.
         """
         owner = type(self).__name__
         if not hasattr(self, "_rnn_mode"):
@@ -211,8 +234,10 @@ class CudnnParamsFormatConverter(SpecProperties):
             input_mode,
             direction,
             num_proj,
+            variant=CUDNN if variant is None else variant,
             owner=owner,
         )
+        check_variant_mode(owner, self._rnn_mode, self._spec)
         self._dtype = None if dtype is None else check_dtype(owner, dtype)
         self._layout: Layout = layout_of(self._spec)
         mode = self._spec.mode
@@ -262,6 +287,8 @@ class CudnnParamsFormatConverter(SpecProperties):
                 _TFParam(layer, d, n, s) for n, s in zip(weight_names, w_shapes, strict=True)
             ]
             biases += [_TFParam(layer, d, n, s) for n, s in zip(bias_names, b_shapes, strict=True)]
+            if spec.variant.peepholes:
+                biases += [_TFParam(layer, d, PEEPHOLE_NAMES[g], (h,)) for g in PEEPHOLE_GATES]
             if spec.num_proj is not None:
                 proj.append(_TFParam(layer, d, PROJECTION_KERNEL, (h, spec.num_proj)))
         return weights, biases, proj
@@ -292,8 +319,9 @@ class CudnnParamsFormatConverter(SpecProperties):
 
         Lists run layer 0 fw, layer 0 bw, layer 1 fw, ...; per layer-direction LSTM/RNN
         ``[kernel]``/``[bias]``, GRU ``[gates/kernel, candidate/input_projection/kernel,
-        candidate/hidden_projection/kernel]`` and the biases in the same order; projections
-        ``[H, P]`` one per layer-direction. Results are new tensors (differentiable).
+        candidate/hidden_projection/kernel]`` and the biases in the same order (an LSTM with
+        peepholes: ``[bias, w_i_diag, w_f_diag, w_o_diag]``); projections ``[H, P]`` one per
+        layer-direction. Results are new tensors (differentiable).
         """
         owner, spec = self._owner, self._spec
         flat = _as_tensor(owner, "opaque", opaque)
@@ -321,6 +349,8 @@ class CudnnParamsFormatConverter(SpecProperties):
                 # bR_h sits inside the GRU reset product, so the candidate biases stay apart.
                 tf_w += [_own(w[INPUT, g].T), _own(w[RECURRENT, g].T)]
                 tf_b += [_own(b[INPUT_BIAS, g]), _own(b[RECURRENT_BIAS, g])]
+            if spec.variant.peepholes:
+                tf_b += [_own(b[PEEPHOLE, g]) for g in PEEPHOLE_GATES]
             if spec.num_proj is not None:
                 tf_p.append(_own(w[PROJECTION, None].T))
         if spec.num_proj is not None:
@@ -416,6 +446,9 @@ class CudnnParamsFormatConverter(SpecProperties):
             for g in self._candidate_gates:
                 c[INPUT, g], c[RECURRENT, g] = next(weights).T, next(weights).T
                 c[INPUT_BIAS, g], c[RECURRENT_BIAS, g] = next(biases), next(biases)
+            if spec.variant.peepholes:
+                for g in PEEPHOLE_GATES:
+                    c[PEEPHOLE, g] = next(biases)
             if spec.num_proj is not None:
                 c[PROJECTION, None] = next(proj).T
         return out

@@ -6,6 +6,14 @@ tensors of TF's compatible cells their full checkpoint names (built by
 ``stack_bidirectional_rnn/...`` for two), save them, and restore a checkpoint *into* the opaque
 ``nn.Parameter`` in place. The values go through the format converter of the mode
 (:mod:`cudnn_rnn.saveable.format_converters`), which says how the tensors are computed.
+
+A saveable of a variant (``variant=``: a model that is not cuDNN's math,
+:class:`~cudnn_rnn.core.variant.Variant`) serves our ``.safetensors`` checkpoints (the
+:class:`~cudnn_rnn.checkpointable.Checkpointable` protocol: its entries, shapes, load and
+``checkpoint_spec``, whose ``variant`` the metadata keeps), an LSTM's peepholes as three more
+tensors ``w_i_diag, w_f_diag, w_o_diag`` per layer-direction. It has no TF checkpoint:
+:attr:`specs`, what TF's saver writes for TF's cuDNN-compatible cells (cuDNN's math only),
+refuses it.
 """
 
 from __future__ import annotations
@@ -27,8 +35,9 @@ from cudnn_rnn.core.constants import (
     CUDNN_RNN_UNIDIRECTION,
 )
 from cudnn_rnn.core.layout import layout_of
-from cudnn_rnn.core.spec import RNNSpec, SpecProperties
+from cudnn_rnn.core.spec import RNNSpec, SpecProperties, check_variant_mode
 from cudnn_rnn.core.tf_names import CELL_NAMES, direction_name, variable_name
+from cudnn_rnn.core.variant import CUDNN, Variant
 from cudnn_rnn.saveable.format_converters import (
     CudnnParamsFormatConverter,
     CudnnParamsFormatConverterGRU,
@@ -102,6 +111,7 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         name: str = "cudnn_rnn_saveable",
         *,
         num_proj: int | None = None,
+        variant: Variant | None = None,
     ) -> None:
         """Bind the saveable to ``opaque_params``; TF's argument order. The four saveable
         classes share this constructor; the base is abstract.
@@ -127,6 +137,11 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
             num_proj: (keyword; ``CudnnLSTMSaveable`` only) ``P``, the size of the recurrent
                 projection, an int in ``[1, num_units]``; each layer-direction then saves a
                 ``projection/kernel [H, P]``. Default None: no projection.
+            variant: (keyword) what the model computes beyond the mode's cuDNN math
+                (:class:`~cudnn_rnn.core.variant.Variant`): :meth:`checkpoint_spec` holds it,
+                an LSTM's peepholes are saved too (``w_i_diag, w_f_diag, w_o_diag [H]`` after
+                each layer-direction's bias), and :attr:`specs` (TF's saver) refuses it.
+                Default None: cuDNN's own.
 
         Raises:
             TypeError: the abstract base class; ``opaque_params`` that is not a tensor or
@@ -135,7 +150,8 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
             ValueError: ``opaque_params`` of another shape than ``[params_size]``; a value
                 out of range: a size below 1, ``num_proj > num_units`` or ``num_proj`` for
                 another mode than LSTM, an ``input_mode`` or ``direction`` not among the
-                constants, ``"skip_input"`` with ``input_size != num_units``.
+                constants, ``"skip_input"`` with ``input_size != num_units``, a variant field
+                the mode or direction does not have.
         """
         owner = type(self).__name__
         if not hasattr(self, "_rnn_mode"):
@@ -151,8 +167,10 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
             input_mode,
             direction,
             num_proj,
+            variant=CUDNN if variant is None else variant,
             owner=owner,
         )
+        check_variant_mode(owner, self._rnn_mode, self._spec)
         if scope is not None and not isinstance(scope, str):
             raise TypeError(
                 f"{owner}: scope must be a str or None, got {type(scope).__name__} {scope!r}; "
@@ -169,6 +187,7 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
             num_proj,
             input_mode=input_mode,
             direction=direction,
+            variant=self._spec.variant,
         )
         self._opaque = self._check_opaque(opaque_params)
         self._entries = self._make_entries()
@@ -231,7 +250,23 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
     # -- save / restore ---------------------------------------------------------------------------
     @property
     def specs(self) -> list[SaveSpec]:
-        """The tensors to save, computed from the current opaque values (detached)."""
+        """The tensors TF's saver writes, computed from the current opaque values (detached).
+
+        Refused for a variant (ValueError): they are the variables of TF's cuDNN-compatible
+        cells, which compute cuDNN's math only; :meth:`checkpoint_entries` serves our
+        ``.safetensors`` checkpoints, which hold the variant.
+        """
+        variant = self._spec.variant
+        if not variant.is_cudnn:
+            raise ValueError(
+                f"{type(self).__name__}: specs are what TF's saver writes for TF's "
+                f"cuDNN-compatible cells, which compute cuDNN's math only, and this model "
+                f"computes a variant ({variant.describe()}): save it with "
+                "cudnn_rnn.checkpoint.save to a .safetensors file, which holds the variant."
+            )
+        return self._save_specs()
+
+    def _save_specs(self) -> list[SaveSpec]:
         with torch.no_grad():
             converted = self._format_converter.opaque_to_tf_canonical(self._opaque.detach())
         groups = dict(zip(("weights", "biases", "proj"), converted))
@@ -284,8 +319,8 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
 
     # -- Checkpointable ---------------------------------------------------------------------------
     def checkpoint_entries(self) -> dict[str, Tensor]:
-        """Full canonical name -> tensor to save (the :attr:`specs`)."""
-        return {s.name: s.tensor for s in self.specs}
+        """Full canonical name -> tensor to save (the :attr:`specs`; a variant's too)."""
+        return {s.name: s.tensor for s in self._save_specs()}
 
     def checkpoint_shapes(self) -> dict[str, Shape]:
         """Full canonical name -> shape that :meth:`checkpoint_load` expects."""
@@ -305,9 +340,10 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         self.restore([tensors[e.name] for e in self._entries])
 
     def checkpoint_spec(self) -> dict[str, Any]:
-        """A JSON-able description of the saved model."""
+        """A JSON-able description of the saved model; ``variant`` (its changed fields,
+        :meth:`~cudnn_rnn.core.variant.Variant.as_dict`) only where it is not cuDNN's math."""
         spec = self._spec
-        return {
+        described: dict[str, Any] = {
             "kind": "cudnn_saveable",
             "rnn_mode": spec.mode,
             "num_layers": spec.num_layers,
@@ -318,6 +354,9 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
             "num_proj": spec.num_proj,
             "scope": self.scope,
         }
+        if not spec.variant.is_cudnn:
+            described["variant"] = spec.variant.as_dict()
+        return described
 
     # -- properties -------------------------------------------------------------------------------
     @property

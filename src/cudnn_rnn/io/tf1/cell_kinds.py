@@ -32,8 +32,8 @@ Shape = tuple[int, ...]
 #: Variable roles, each with its names in the later (kernel/bias) and TF 1.0 generation.
 KERNEL, BIAS, PROJ = "kernel", "bias", "projection"
 #: An LSTM's peephole weights by the gate they feed (LSTMCell's ``use_peepholes``, the block
-#: cells' ``use_peephole``: the same names).
-PEEPHOLES: Mapping[str, str] = {"i": "w_i_diag", "f": "w_f_diag", "o": "w_o_diag"}
+#: cells' ``use_peephole``: the same names, cudnn_rnn.core.tf_names').
+PEEPHOLES: Mapping[str, str] = tf_names.PEEPHOLE_NAMES
 _PEEPHOLES = tuple(PEEPHOLES.values())
 _GATES_KERNEL, _GATES_BIAS = tf_names.GATES_KERNEL, tf_names.GATES_BIAS
 _CAND_KERNEL, _CAND_BIAS = "candidate/kernel", "candidate/bias"
