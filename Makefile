@@ -41,11 +41,13 @@ pytest: install
 test: lint typecheck pytest
 
 # The benchmark suite, benchmarks/suite.py (about 12 to 20 minutes on 2 cores; not part of
-# `make test`): writes docs/benchmarks.{md,json,png}. To time a model of your own instead:
-# cudnn-rnn bench MODEL.
+# `make test`): writes docs/benchmarks.{md,json,png}; then the variants beside their cuDNN modes
+# (issue 47), benchmarks/variants.py: docs/benchmarks-variants.{md,json}. To time a model of your
+# own instead: cudnn-rnn bench MODEL.
 bench: install
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) benchmarks/suite.py --out docs
+	$(PY) benchmarks/variants.py --out docs
 
 # The thread-scaling run (benchmarks/scaling.py; issue 21, item 7): a subset of the suite's shapes at
 # 1, 2, 4, 8 and 16 threads (counts above the machine's cores are left out), against the peers with

@@ -803,6 +803,8 @@ def report(
         "of alternating blocks (onnxruntime and OpenVINO each in a process of its own, its "
         "blocks in turn with ours). Ratios below 1 mean we are faster.",
         "",
+        VARIANTS_LINK,
+        "",
         f"Device: **{device}**. Matmul peak (the best float32 rate over the products the "
         "module docstring lists, torch's and onnxruntime's): "
         f"**{peak / 1e9:.1f} GFLOP/s** ({info.get('matmul peak engine', '?')}).",
@@ -858,6 +860,13 @@ def report(
         lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
 
+
+#: The sentence under the report's first paragraph that links the variants' page (written by
+#: ``benchmarks/variants.py``, which ``make bench`` runs after the suite).
+VARIANTS_LINK = (
+    "The variants beyond cuDNN's four modes (issue 47) are timed beside their modes, and "
+    "against onnxruntime where ONNX holds them, in [the variants' page](benchmarks-variants.md)."
+)
 
 #: Where a target that is not met is explained (relative to the report in ``docs/``).
 TARGETS_LINK = "design_notes.md#targets-not-met-and-why"

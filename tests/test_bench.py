@@ -18,6 +18,7 @@ import cudnn_rnn
 from cudnn_rnn import convert
 from cudnn_rnn.cli import bench
 from cudnn_rnn.cli import runtime_peer as _runtime_peer
+from cudnn_rnn.core.variant import Variant
 from tests.support.timing import FakeClock
 
 TINY = bench.Timing(repeats=1, block=0.001, warmup=0.0)
@@ -191,6 +192,21 @@ def test_a_model_torch_nn_cannot_hold_is_timed_alone() -> None:
     assert any(
         n.startswith("no ONNX export (to_onnx: CudnnLSTM has num_proj=4") for n in result.notes
     )
+
+
+def test_a_variant_meets_the_runtimes_that_compute_it() -> None:
+    """A reset-before GRU: torch.nn holds no such module (a note, no crash), onnxruntime runs
+    our ONNX export of it and agrees with ours."""
+    pytest.importorskip("onnxruntime")
+    layer = cudnn_rnn.CudnnGRU(1, 4, input_size=3, seed=0, variant=Variant(reset_after=False))
+    result = bench.measure(
+        layer, bench.random_batches(2, 3, [5]), timing=TINY, keras=False, label="gru0"
+    )
+    assert bench.TORCH_NN not in result.inference and bench.ORT_TORCH not in result.inference
+    assert bench.ORT_OURS in result.inference
+    assert result.max_abs_diff[bench.ORT_OURS] < 1e-5
+    assert any(n.startswith("torch.nn: not compared (to_torch:") for n in result.notes)
+    assert any(n.startswith("torch.onnx.export of torch.nn: not compared") for n in result.notes)
 
 
 def test_other_dtypes_meet_torch_nn_only() -> None:

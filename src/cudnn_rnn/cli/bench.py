@@ -487,8 +487,12 @@ def runtime_jobs(
     if varlen:
         notes.append("torch.onnx.export: full-length sequences only (no packed sequences)")
     elif runtimes["onnxruntime"]:
+        try:
+            module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
+        except (ValueError, TypeError) as err:  # a variant or projection torch.nn cannot hold
+            notes.append(f"torch.onnx.export of torch.nn: not compared ({_first_line(err)})")
+            return jobs
         exported = os.path.join(tmp, "torch.onnx")
-        module = convert.to_torch(layer).eval()  # a copy: export leaves a module slower
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(module, (x,), exported, dynamo=False, input_names=["x"])
