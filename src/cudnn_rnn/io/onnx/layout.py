@@ -24,6 +24,7 @@ from cudnn_rnn.core.layout import PEEPHOLE_GATES, Block, layout_of
 from cudnn_rnn.core.modes import MODES
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.variant import Activation
+from cudnn_rnn.io.onnx.variants import ACTIVATIONS
 
 __all__ = [
     "GATE_ORDER",
@@ -70,20 +71,9 @@ GATE_ORDER = "onnx"
 PEEPHOLE_ORDER = ("i", "o", "f")
 
 
-#: Our activation names -> ONNX's, for the ones ONNX's RNN operators have.
-ONNX_ACTIVATIONS = {
-    "sigmoid": "Sigmoid",
-    "tanh": "Tanh",
-    "relu": "Relu",
-    "hard_sigmoid": "HardSigmoid",
-    "affine": "Affine",
-    "leaky_relu": "LeakyRelu",
-    "thresholded_relu": "ThresholdedRelu",
-    "scaled_tanh": "ScaledTanh",
-    "elu": "Elu",
-    "softsign": "Softsign",
-    "softplus": "Softplus",
-}
+#: Our activation names -> ONNX's, for the ones ONNX's RNN operators have (the reader's table,
+#: turned around).
+ONNX_ACTIVATIONS = {ours: theirs for theirs, ours in ACTIVATIONS.items()}
 
 
 def unwritable(spec: RNNSpec) -> str | None:
