@@ -10,11 +10,14 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import variants
 from benchmarks.variants import MODE, VARIANT
+from cudnn_rnn import engines
 from cudnn_rnn.cli.bench import ORT_OURS, OUTPUT_TOLERANCE
 from cudnn_rnn.core import CUDNN
+from cudnn_rnn.engines import native, native_variant
 
 BY_NAME = {c.name: c for c in variants.cases()}
 #: The rows whose variant ONNX's nodes hold (to_onnx writes them): onnxruntime runs these.
@@ -93,8 +96,13 @@ def test_a_quick_run_writes_every_row(tmp_path: Path, capsys: pytest.CaptureFixt
             assert {VARIANT, MODE} <= set(times)
             assert all(math.isfinite(t) and t > 0 for t in times.values()), row
             assert row["ratio"][kind] == pytest.approx(times[VARIANT] / times[MODE])
-        assert row["engines"]["variant inference"] == "variant"
-        assert row["engines"]["variant training"] == "variant"
+        # the engine the rule table picks for the variant (native where its loops compute it)
+        spec = BY_NAME[row["name"]].spec()
+        want = engines.select(spec, torch.device("cpu"), torch.float32, False, False)
+        assert row["engines"]["variant inference"] == want
+        loops = native.available() and native_variant.computes(spec) and spec.num_proj is None
+        assert want == ("native" if loops else "variant")
+        assert row["engines"]["variant training"] == want
         assert "variant" not in (row["engines"]["mode inference"], row["engines"]["mode training"])
         # onnxruntime on exactly the rows ONNX holds, computing what we compute.
         assert (ORT_OURS in row["inference"]) == (row["name"] in ONNX_ROWS), row["notes"]

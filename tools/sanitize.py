@@ -43,6 +43,7 @@ FULL = [
     "tests/engines/test_native.py",
     "tests/engines/test_native_boundary.py",
     "tests/engines/test_same_bits.py",
+    "tests/engines/test_native_variants.py",
     "tests/test_layouts.py",
     "tests/test_ops_oracle.py",
 ]
@@ -69,6 +70,7 @@ QUICK = [
     "tests/engines/test_native.py::test_every_isa_matches_oracle",
     "tests/engines/test_native.py::test_same_bits_every_call_every_thread_count_avx2_and_avx512",
     "tests/test_layouts.py::test_op_level",
+    "tests/engines/test_native_variants.py::test_same_bits_on_every_thread_count",
     "-k",
     "not base",
 ]

@@ -183,14 +183,20 @@ def test_float32_and_dropout_run_on_the_variant_engine(monkeypatch: pytest.Monke
 
 
 def test_the_rule_table_sends_variants_to_their_engine() -> None:
+    """Every variant the native loops do not compute (another dtype, another merge, separate
+    stacks, a projection; tests/engines/test_native_variants.py has the rest) runs here."""
     for mode in LAYERS:
         plain = RNNSpec(mode, 1, 4, 4)
         assert engines.select(plain, torch.device("cpu"), torch.float32, True, False) != "variant"
         changed = RNNSpec(mode, 1, 4, 4, variant=Variant(time="reverse"))
+        summed = RNNSpec(mode, 1, 4, 4, direction="bidirectional", variant=Variant(merge="sum"))
         for grad in (False, True):
-            for dtype in (torch.float32, torch.float64):
+            for dtype in (torch.float16, torch.float64):
                 name = engines.select(changed, torch.device("cpu"), dtype, grad, True)
                 assert name == "variant"
+            assert engines.select(summed, torch.device("cpu"), torch.float32, grad, True) == (
+                "variant"
+            )
 
 
 def test_every_activation_runs_as_the_oracle_says() -> None:

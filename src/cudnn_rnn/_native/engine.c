@@ -44,7 +44,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 17
+#define CR_ABI_VERSION 18
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -52,6 +52,26 @@
 #define CR_MAX_THREADS 256
 #define CR_STR2(x) #x
 #define CR_STR(x) CR_STR2(x)
+
+/* The activations of a variant (cudnn_rnn.core.variant.ACTIVATIONS, in this order). */
+enum {
+    CR_SIGMOID, CR_TANH, CR_RELU, CR_HARD_SIGMOID, CR_AFFINE, CR_LEAKY_RELU, CR_THRESHOLDED_RELU,
+    CR_SCALED_TANH, CR_ELU, CR_SOFTSIGN, CR_SOFTPLUS, CR_SELU, CR_EXPONENTIAL, CR_SILU, CR_ACTS
+};
+
+/* A variant's math (ABI 18; NULL in the arguments: cuDNN's own, the mode's loops unchanged).
+ * act: the gates' (f), the candidate's or plain RNN's (g) and the LSTM output's (h) activation,
+ * each with its alpha and beta; the clips are 0 for none; reset_before: the GRU's candidate is
+ * g(W x + R_n (r * h) + b_Rn). With a variant the workspace keeps the gates' pre-activations
+ * (before the gate clip, the peepholes' terms included) instead of their values, and the GRU
+ * with the reset gate before the product keeps r * h_prev in place of ghn (the weight gradient
+ * of R_n reads it). */
+typedef struct {
+    int64_t act[3];
+    double alpha[3], beta[3];
+    double gate_clip, cell_clip;
+    int64_t input_forget, reset_before;
+} cr_variant;
 
 /* Sizes and strides are in elements; every tensor is float32, C-contiguous unless a stride is
  * given. Time-order arrays ([T, B, ...]) are indexed by the input's time, also for the reverse
@@ -87,6 +107,9 @@ typedef struct {
      * contents as rowmap). NULL: the workspace has all T*B rows. */
     int64_t ws_rows;
     const int64_t *wsmap;
+    /* ABI 18: the variant (NULL: none) and the LSTM's peepholes [3H] (P_i, P_f, P_o; NULL). */
+    const cr_variant *variant;
+    const float *peep;
 } cr_forward_args;
 
 typedef struct {
@@ -110,6 +133,10 @@ typedef struct {
     const int64_t *wsmap;
     int64_t hout_rs, hout_compact;
     const float *h0;
+    /* ABI 18: as in the forward; dpeep [3H] receives the peepholes' gradient (with peep). */
+    const cr_variant *variant;
+    const float *peep;
+    float *dpeep;
 } cr_backward_args;
 
 /* The backward's products over all steps (cr_gemm): C[m, n] = A @ B with A [m, k], or with `at`
@@ -145,6 +172,7 @@ typedef struct {
     int nthreads;
     atomic_int count, generation, failed;
     float *h[2], *c, *dh; /* shared between the team: see the workers */
+    float *rh;            /* the forward's r * h [B, H] (a GRU with the reset gate before R) */
     tasks_t tasks[CR_MAX_THREADS];
 } shared_t;
 
@@ -456,6 +484,9 @@ int cr_abi_version(void) { return CR_ABI_VERSION; }
  * loads the library, so the two cannot disagree on what a code means. */
 int cr_mode_gates(int mode) { return (int)gates_of(mode); }
 
+/* The number of activations a variant may name (their codes are 0 .. this - 1). */
+int cr_activations(void) { return CR_ACTS; }
+
 int cr_supported_level(void) { return supported_level(); }
 
 /* The level the engine runs at (the best supported unless cr_set_level chose one). */
@@ -635,7 +666,7 @@ typedef struct {
     const void *args;
     int backward;
     int64_t batch, gates, units, width; /* the loop's and its shared state's sizes */
-    int lstm_carry, dh_carry;
+    int lstm_carry, dh_carry, reset_before;
     slice_t slices[CR_MAX_THREADS];
     shared_t shared;
 } job_t;
@@ -707,7 +738,8 @@ static void job_release(job_t *job) {
     free(sh->h[1]);
     free(sh->c);
     free(sh->dh);
-    sh->h[0] = sh->h[1] = sh->c = sh->dh = NULL;
+    free(sh->rh);
+    sh->h[0] = sh->h[1] = sh->c = sh->dh = sh->rh = NULL;
 }
 
 /* The shared state of a team of `nthreads`; 0 when memory ran out (nothing is held then). */
@@ -723,7 +755,9 @@ static int job_prepare(job_t *job, int nthreads) {
     sh->h[1] = aligned_floats(job->batch * job->width);
     sh->c = job->lstm_carry ? aligned_floats(job->batch * job->units) : NULL;
     sh->dh = job->dh_carry ? aligned_floats(job->batch * job->units) : NULL;
-    int ok = sh->h[0] && sh->h[1] && (!job->lstm_carry || sh->c) && (!job->dh_carry || sh->dh);
+    sh->rh = job->reset_before ? aligned_floats(job->batch * job->units) : NULL;
+    int ok = sh->h[0] && sh->h[1] && (!job->lstm_carry || sh->c) && (!job->dh_carry || sh->dh) &&
+             (!job->reset_before || sh->rh);
     if (!ok) job_release(job);
     return ok;
 }
@@ -843,6 +877,21 @@ static int valid_rowmap(const int64_t *map, int64_t rows, const int64_t *lengths
     return n == rows;
 }
 
+/* A variant the loops compute: known activations, finite parameters and clips, and each field
+ * only where its mode has it. */
+static int valid_variant(const cr_variant *v, int64_t mode, const float *peep) {
+    if (!v) return peep == NULL;
+    for (int k = 0; k < 3; k++) {
+        if (v->act[k] < 0 || v->act[k] >= CR_ACTS) return 0;
+        if (!(v->alpha[k] - v->alpha[k] == 0) || !(v->beta[k] - v->beta[k] == 0)) return 0;
+    }
+    if (!(v->gate_clip >= 0 && v->gate_clip < 1e300) || !(v->cell_clip >= 0 && v->cell_clip < 1e300))
+        return 0;
+    if (mode != CR_LSTM && (v->cell_clip > 0 || v->input_forget || peep)) return 0;
+    if (mode != CR_GRU && v->reset_before) return 0;
+    return 1;
+}
+
 /* 0 when the forward's arguments are usable, else the return code that refuses them. */
 static int check_forward(const cr_forward_args *a) {
     if (!valid_sizes(a->mode, a->steps, a->batch, a->units)) return 2;
@@ -861,6 +910,7 @@ static int check_forward(const cr_forward_args *a) {
     if (a->mode == CR_GRU && !a->br) return 2;
     if (a->mode == CR_LSTM && (!a->c0 || !a->cn)) return 2;
     if (a->ws_gates && gates_of(a->mode) > 1 && !a->ws_extra) return 2;
+    if (!valid_variant(a->variant, a->mode, a->peep)) return 2;
     return 0;
 }
 
@@ -869,7 +919,9 @@ static int check_backward(const cr_backward_args *a) {
     if (!valid_strides(a->dy_st, a->dy_sb, a->batch, a->units)) return 2;
     if (!valid_lengths(a->lengths, a->batch, a->steps)) return 3;
     if (!a->r || !a->gates || !a->dy || !a->dgi || !a->dh0) return 2;
-    if (a->mode == CR_GRU && (!a->extra || !a->dghn || !a->hout || !a->h0)) return 2;
+    const int before = a->variant && a->variant->reset_before; /* no dghn: see cr_variant */
+    if (a->mode == CR_GRU && (!a->extra || (!a->dghn && !before) || !a->hout || !a->h0)) return 2;
+    if (!valid_variant(a->variant, a->mode, a->peep) || (a->peep && !a->dpeep)) return 2;
     if (a->hout && a->hout_rs < a->units) return 2;
     if (a->hout_compact && !a->wsmap) return 2;
     if (a->mode == CR_LSTM && (!a->extra || !a->c0 || !a->dc0)) return 2;
@@ -902,6 +954,7 @@ static int run_loops(const void *const *list, int64_t count, int backward) {
         } else {
             const cr_forward_args *a = list[j];
             mode = a->mode, job->batch = a->batch, job->units = a->units;
+            job->reset_before = a->variant && a->variant->reset_before;
         }
         job->isa = isa_for(level, job->batch), job->args = list[j], job->backward = backward;
         job->gates = gates_of(mode);

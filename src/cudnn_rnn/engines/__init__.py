@@ -6,12 +6,14 @@ being traced, the dropout in force), so the operator's fake implementation knows
 keeps for its backward pass. The first row that fits runs the call:
 
 ==============================  ==========================================================
-a variant (any device, dtype,   ``variant``: the variants beyond cuDNN's four modes
-with or without gradient)       (:mod:`cudnn_rnn.core.variant`) in torch operators, the
-                                backward by autograd on the forward run again (:mod:`.variant`)
 CPU, float32, no projection,    ``native``: our C engine (the forward's input projection,
-the native engine loaded        both time loops and the backward's products), with or
-                                without gradient, traced or not (:mod:`.native`)
+the native engine loaded;       both time loops and the backward's products), with or
+cuDNN's math or a variant its   without gradient, traced or not (:mod:`.native`; the
+loops compute                   variants: :mod:`.native_variant`)
+any other variant (any device,  ``variant``: the variants beyond cuDNN's four modes
+dtype, with or without          (:mod:`cudnn_rnn.core.variant`) in torch operators, the
+gradient)                       backward by autograd on the forward run again (:mod:`.variant`);
+                                on CUDA every variant runs here
 CUDA, float16/32/64, cuDNN      ``cudnn``: cuDNN through aten's ``_cudnn_rnn`` and
 available and enabled,          ``_cudnn_rnn_backward`` on the opaque buffer in place, with
 projection narrower than        or without gradient, traced or not; cuDNN's own dropout
@@ -62,8 +64,8 @@ from cudnn_rnn.engines.base import Call, Engine
 #: The rule table, in the order of the module docstring: the first engine that supports a call
 #: runs it (the last supports every call).
 RULES: tuple[Engine, ...] = (
-    variant.ENGINE,
     native.ENGINE,
+    variant.ENGINE,
     cudnn.ENGINE,
     torch_kernels.ENGINE,
     onednn.ENGINE,

@@ -324,19 +324,23 @@ def recurrent_grads(
     dgi: Tensor,
     dghn: Tensor | None,
     products: Products = TORCH_PRODUCTS,
+    candidate_h: Tensor | None = None,
 ) -> None:
     """The gradients of ``R`` and both biases (see :func:`weight_grads`). ``R h' + bR`` has the
     same gradient as ``dgi`` except in the GRU's candidate third, which the reset gate scales:
-    that third comes from ``dghn [T, B, H]``."""
+    that third comes from ``dghn [T, B, H]``. ``candidate_h``: what the candidate's rows of
+    ``R`` multiply where it is not ``h_prev`` (``r * h_prev``, the reset gate before the
+    product)."""
     units, g_all = spec.num_units, spec.num_gates * spec.num_units
     rows = int(dgi.shape[0]) * int(dgi.shape[1])
     flat_h = h_prev.reshape(rows, -1)
     flat_gi = dgi.reshape(rows, g_all)
     if dghn is not None:  # GRU: r and u rows from dgi, the candidate's from dghn
         flat_n = dghn.reshape(rows, units)
+        flat_c = flat_h if candidate_h is None else candidate_h.reshape(rows, -1)
         ru = slice(None, 2 * units)
         products.sum_rows(gw.r[ru], flat_gi[:, ru], flat_h, gw.br[ru])
-        products.sum_rows(gw.r[2 * units :], flat_n, flat_h, gw.br[2 * units :])
+        products.sum_rows(gw.r[2 * units :], flat_n, flat_c, gw.br[2 * units :])
         products.sum_rows(None, flat_gi, None, gw.bw)
     else:  # both biases sit in every gate's sum: the same gradient
         products.sum_rows(gw.r, flat_gi, flat_h, gw.bw)

@@ -22,8 +22,10 @@ the weight gradients between 1 and 2 threads, and at AVX-512 a GRU's); a layer a
 makes its input gradient in chunks that give the gates' pages back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
-``sequence_lengths``, ``skip_input``, dropout masks from the operator. Everything else runs on
-the other engines (see :mod:`cudnn_rnn.engines`).
+``sequence_lengths``, ``skip_input``, dropout masks from the operator, and the variants
+:mod:`~cudnn_rnn.engines.native_variant` lists (activations, clips, peepholes, coupled gates,
+the GRU's reset gate before the product, reverse time). Everything else runs on the other
+engines (see :mod:`cudnn_rnn.engines`).
 
 Workspace (laid out by :mod:`~cudnn_rnn.engines.native_workspace`): what each loop made, in the
 input's time order, and the output of each layer below the last, which the forward writes straight
@@ -60,6 +62,8 @@ its memory back. Their public names are this module's too.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import torch
 from torch import Tensor
@@ -102,6 +106,13 @@ from cudnn_rnn.engines.native_settings import (
     use_micro_kernel,
     use_products,
     use_projection_passes,
+)
+from cudnn_rnn.engines.native_variant import (
+    candidate_input,
+    computes,
+    go_backwards,
+    reverses,
+    variant_args,
 )
 from cudnn_rnn.engines.native_workspace import (
     HUGE_BYTES,
@@ -154,8 +165,15 @@ NAME = "native"
 
 
 def supports(spec: RNNSpec, device: torch.device, dtype: torch.dtype) -> bool:
-    """What the native engine computes: CPU, float32, no projection (and it is loaded)."""
-    return device.type == "cpu" and dtype == torch.float32 and spec.num_proj is None and available()
+    """What the native engine computes: CPU, float32, no projection, cuDNN's math or a variant
+    its loops compute (and it is loaded)."""
+    return (
+        device.type == "cpu"
+        and dtype == torch.float32
+        and spec.num_proj is None
+        and computes(spec)
+        and available()
+    )
 
 
 def forward(
@@ -205,6 +223,8 @@ def forward(
     compacted = need_grad and kept_rows < steps * batch
     if compacted:
         common.ws_rows, common.wsmap = kept_rows, rowmap
+    variant = variant_args(spec)  # kept alive until the loops return
+    common.variant = None if variant is None else ctypes.addressof(variant)
     # Addresses: each tensor's once, its blocks by their offsets (no views are made).
     base, h0_at, hn_at = _checked(params), _checked(h0), _ptr(hn)
     c0_at, cn_at = _checked(c0), _ptr(cn)
@@ -260,9 +280,10 @@ def forward(
             else:
                 args.gi, args.x, args.w = None, source_at, base + 4 * f.w_ih.offset
                 args.input_size, args.rowmap = width, rowmap
-            args.reverse = d
+            args.reverse = reverses(spec, d)
             args.r = base + 4 * f.w_hh.offset
             args.br = base + 4 * f.b_hh.offset if gru else None
+            args.peep = None if f.peephole is None else base + 4 * f.peephole.offset
             state = 4 * p * batch * units  # where pseudo-layer p's [B, H] state starts
             args.h0, args.hn = h0_at + state, hn_at + state
             args.c0 = None if c0_at is None else c0_at + state
@@ -279,6 +300,8 @@ def forward(
             slot = inputs[layer].view(kept_rows, dirs * units)
             torch.index_select(y.view(steps * batch, -1), 0, valid[0], out=slot)
             layer_input = inputs[layer]
+    if go_backwards(spec):  # one layer (native_variant.computes): its output in loop order
+        layer_input = layer_input.flip(0)
     return layer_input, hn, cn, ws
 
 
@@ -336,6 +359,8 @@ def backward(
     h0 = boundary(h0, "h0", states)
     c0 = boundary(c0, "c0", states) if c0 is not None else None
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
+    if go_backwards(spec):  # the loop's time order: the forward flipped its output
+        y, dy = y.flip(0), dy.flip(0)
     y = boundary(y, "y", (steps, batch, dirs * units))
     valid = _valid_rows(lengths, steps, batch)
     kept_rows = steps * batch  # the forward kept every row, or (compact) the valid ones
@@ -364,11 +389,14 @@ def backward(
     dh0 = torch.empty_like(dhy)
     dc0 = torch.empty_like(dcy) if dcy is not None else None
     gru = spec.mode == CUDNN_GRU
+    before = candidate_input(spec)  # the GRU's second part is r * h_prev, not ghn
+    variant = variant_args(spec)  # kept alive until the loops return
     common = _BackwardArgs(
         mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=units,
         threads=torch.get_num_threads(), lengths=_checked(lengths),
         dy_st=batch * dirs * units, dy_sb=dirs * units, hout_rs=dirs * units,
     )  # fmt: skip
+    common.variant = None if variant is None else ctypes.addressof(variant)
     if compacted and valid is not None:
         common.ws_rows, common.wsmap = kept_rows, _checked(valid[1])
     kept_index = valid[0] if compacted and valid is not None else None
@@ -391,9 +419,13 @@ def backward(
             # The gates' gradients overwrite the gates, and the GRU's dghn its ghn, in place
             # (C reads each row before it writes it; see the check of ws[-1] above).
             dgi = kept[0]
-            dghn = kept[1] if gru else None
+            dghn = kept[1] if gru and not before else None
             args = _BackwardArgs.from_buffer_copy(common)
-            args.reverse = d
+            args.reverse = reverses(spec, d)
+            f = layout.fused[p]
+            if f.peephole is not None:
+                args.peep = _ptr(params, f.peephole.offset)
+                args.dpeep = _ptr(dparams, f.peephole.offset)
             args.r = _ptr(weights[p].r)
             args.gates = _ptr(kept[0])
             args.extra = _ptr(kept[1]) if len(kept) > 1 else None
@@ -412,14 +444,20 @@ def backward(
             p = layer * dirs + d
             kept = saved[p]
             dgi = kept[0]
-            dghn = kept[1] if gru else None
+            dghn = kept[1] if gru and not before else None
+            # (reset before the product: the candidate's rows of R multiply r * h_prev, which
+            # the workspace keeps; their gradient is dgi's third)
+            cand = kept[1] if before else None
+            if before:
+                dghn = dgi[..., 2 * units :]
             # The states each step started from, for dR: the LSTM's cell states were read by
             # C alone, so they go there (no buffer at the peak); else a transient, freed
             # before the input's gradient is made.
             own = out[..., d * units : (d + 1) * units]
             into = kept[1] if spec.mode == CUDNN_LSTM else None
-            h_prev = _state_before(own, h0[p], d, full_lengths, kept_index, out_map, into)
-            recurrent_grads(spec, grads[p], h_prev, dgi, dghn, _OURS)
+            back = reverses(spec, d)
+            h_prev = _state_before(own, h0[p], back, full_lengths, kept_index, out_map, into)
+            recurrent_grads(spec, grads[p], h_prev, dgi, dghn, _OURS, cand)
             del h_prev
             if layer > 0 and len(kept) > 1:  # finished with: the states, or the GRU's dghn
                 _release(kept[1])

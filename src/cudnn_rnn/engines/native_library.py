@@ -19,10 +19,12 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from cudnn_rnn.core.modes import MODES
+from cudnn_rnn.core.variant import ACTIVATIONS
 
 __all__ = [
     "ABI_VERSION",
@@ -45,7 +47,7 @@ ISA_ENV = "CUDNN_RNN_NATIVE_ISA"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 17
+ABI_VERSION = 18
 #: The C library's mode codes: cuDNN's (the mode table's), checked against the library's own
 #: gate counts when it loads.
 MODE_CODES = {name: m.code for name, m in MODES.items()}
@@ -60,9 +62,11 @@ _PTR = ctypes.c_void_p
 _SIZES = "mode steps batch units reverse threads"
 
 
-def _fields(names: str) -> list[tuple[str, type[ctypes.c_int64] | type[ctypes.c_void_p]]]:
-    """A structure's fields in order: ``name`` an int64, ``*name`` a pointer (8 bytes each)."""
-    return [(n.lstrip("*"), _PTR if n.startswith("*") else _I64) for n in names.split()]
+def _fields(names: str) -> list[tuple[str, type[ctypes._SimpleCData[Any]]]]:
+    """A structure's fields in order: ``name`` an int64, ``*name`` a pointer, ``.name`` a
+    double (8 bytes each)."""
+    kinds: dict[str, type[ctypes._SimpleCData[Any]]] = {"*": _PTR, ".": ctypes.c_double}
+    return [(n.lstrip("*."), kinds.get(n[0], _I64)) for n in names.split()]
 
 
 class _ForwardArgs(ctypes.Structure):
@@ -70,7 +74,8 @@ class _ForwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *gi gi_st gi_sb *bi *r *br *h0 *c0 *lengths *y y_st y_sb "
-        "*hn *cn *ws_gates *ws_extra *x *w input_size *bi2 rows *rowmap ws_rows *wsmap"
+        "*hn *cn *ws_gates *ws_extra *x *w input_size *bi2 rows *rowmap ws_rows *wsmap "
+        "*variant *peep"
     )
 
 
@@ -79,7 +84,17 @@ class _BackwardArgs(ctypes.Structure):
 
     _fields_ = _fields(
         f"{_SIZES} *r *lengths *gates *hout *extra *c0 *dy dy_st dy_sb "
-        "*dhy *dcy *dgi *dghn *dh0 *dc0 ws_rows *wsmap hout_rs hout_compact *h0"
+        "*dhy *dcy *dgi *dghn *dh0 *dc0 ws_rows *wsmap hout_rs hout_compact *h0 "
+        "*variant *peep *dpeep"
+    )
+
+
+class _VariantArgs(ctypes.Structure):
+    """Mirror of ``cr_variant`` in engine.c: a variant's math (see native_variant.py)."""
+
+    _fields_ = _fields(
+        "gate_act cell_act out_act .gate_alpha .cell_alpha .out_alpha .gate_beta .cell_beta "
+        ".out_beta .gate_clip .cell_clip input_forget reset_before"
     )
 
 
@@ -141,6 +156,11 @@ def _load() -> ctypes.CDLL:
                 f"{lib.cr_mode_gates(mode.code)} gates, but the mode table's {mode.name} has "
                 f"{mode.num_gates}: the library and the package disagree; reinstall cudnn-rnn"
             )
+    if lib.cr_activations() != len(ACTIVATIONS):
+        raise OSError(
+            f"{found[0].name} knows {lib.cr_activations()} activations, the package "
+            f"{len(ACTIVATIONS)}: reinstall cudnn-rnn (pip install -e .)"
+        )
     lib.cr_level_name.restype = ctypes.c_char_p
     forced = os.environ.get(ISA_ENV, "").strip()
     if forced:
