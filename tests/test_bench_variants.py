@@ -17,7 +17,7 @@ from benchmarks.variants import MODE, VARIANT
 from cudnn_rnn import engines
 from cudnn_rnn.cli.bench import ORT_OURS, OUTPUT_TOLERANCE
 from cudnn_rnn.core import CUDNN
-from cudnn_rnn.engines import native, native_variant
+from cudnn_rnn.engines import native
 
 BY_NAME = {c.name: c for c in variants.cases()}
 #: The rows whose variant ONNX's nodes hold (to_onnx writes them): onnxruntime runs these.
@@ -100,7 +100,7 @@ def test_a_quick_run_writes_every_row(tmp_path: Path, capsys: pytest.CaptureFixt
         spec = BY_NAME[row["name"]].spec()
         want = engines.select(spec, torch.device("cpu"), torch.float32, False, False)
         assert row["engines"]["variant inference"] == want
-        loops = native.available() and native_variant.computes(spec) and spec.num_proj is None
+        loops = native.available() and spec.num_proj is None
         assert want == ("native" if loops else "variant")
         assert row["engines"]["variant training"] == want
         assert "variant" not in (row["engines"]["mode inference"], row["engines"]["mode training"])

@@ -1,9 +1,10 @@
 """The variants in the native engine (issue 47, item 2): the rule table sends CPU float32 calls
-of the variants the loops compute there (:mod:`cudnn_rnn.engines.native_variant`), forward and
-backward; their outputs equal the NumPy oracle's (float64) and their gradients autograd's of the
-variant engine in float64, to float32's rounding; one call gives the same bits on every thread
-count and at every instruction set the machine can run (forced); the structures the loops do
-not compute stay on the variant engine.
+of every variant there (:mod:`cudnn_rnn.engines.native_variant`), forward and backward; their
+outputs equal the NumPy oracle's (float64) and their gradients autograd's of the variant engine
+in float64, to float32's rounding (the merges and separate stacks included, and with dropout
+between the layers the two engines agree on the operator's masks); one call gives the same bits
+on every thread count and at every instruction set the machine can run (forced); a projection
+(the native engine has none) stays on the variant engine.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from cudnn_rnn.core.reference import rnn_forward
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.variant import ACTIVATIONS, Activation, Variant
 from cudnn_rnn.engines import native
-from tests.support.engines import ran, watch_engines
+from tests.support.engines import force_engine, ran, watch_engines
 from tests.support.isa import isa_params
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the native engine is not built")
@@ -56,6 +57,17 @@ GRID: list[tuple[str, int, Variant, dict[str, Any]]] = [
     ("rnn_tanh", 1, Variant(cell_activation=Activation("sigmoid"), gate_clip=0.5), {}),
     ("rnn_relu", 1, Variant(time="go_backwards"), {}),
     ("rnn_tanh", 2, Variant(time="reverse"), {"input_mode": "skip_input"}),
+    ("lstm", 2, Variant(merge="sum", peepholes=True), {"direction": "bidirectional"}),
+    ("gru", 3, Variant(merge="mul", reset_after=False), {"direction": "bidirectional"}),
+    ("rnn_relu", 2, Variant(merge="ave"), {"direction": "bidirectional"}),
+    ("lstm", 3, Variant(stacks="separate"), {"direction": "bidirectional"}),
+    ("gru", 2, Variant(stacks="separate", merge="sum"), {"direction": "bidirectional"}),
+    (
+        "rnn_tanh",
+        2,
+        Variant(stacks="separate", merge="mul"),
+        {"direction": "bidirectional", "input_mode": "skip_input"},
+    ),
 ]
 IDS = [f"{m}-L{n}-{v.describe()}-{sorted(kw)}" for m, n, v, kw in GRID]
 STEPS, BATCH, SIZE, UNITS = 6, 5, 7, 19  # UNITS: a tail of a vector at every ISA
@@ -179,6 +191,8 @@ BITS = [
     ("lstm", 2, Variant(peepholes=True, cell_clip=0.4, input_forget=True), {}),
     ("lstm", 1, Variant(gate_activation=HS, output_activation=Activation("softplus")), {}),
     ("rnn_tanh", 1, Variant(cell_activation=Activation("elu"), time="reverse"), {}),
+    ("lstm", 2, Variant(merge="mul", stacks="separate"), {"direction": "bidirectional"}),
+    ("gru", 2, Variant(merge="ave"), {"direction": "bidirectional"}),
 ]
 
 
@@ -231,13 +245,8 @@ def test_the_rule_table_sends_what_the_loops_compute_to_native() -> None:
         for grad in (False, True):
             assert engines.select(spec, cpu, f32, grad, True) == "native"
             assert engines.select(spec, cpu, torch.float64, grad, True) == "variant"
-    elsewhere = [
-        RNNSpec("lstm", 1, 8, 8, direction="bidirectional", variant=Variant(merge="sum")),
-        RNNSpec("gru", 2, 8, 8, direction="bidirectional", variant=Variant(stacks="separate")),
-        RNNSpec("lstm", 1, 8, 8, num_proj=4, variant=Variant(proj_clip=1.0)),
-    ]
-    for spec in elsewhere:
-        assert engines.select(spec, cpu, f32, True, False) == "variant", spec
+    projected = RNNSpec("lstm", 1, 8, 8, num_proj=4, variant=Variant(proj_clip=1.0))
+    assert engines.select(projected, cpu, f32, True, False) == "variant"
 
 
 def test_the_library_refuses_a_malformed_variant_record() -> None:
@@ -266,3 +275,24 @@ def _forward_with(layer: Any, x: torch.Tensor, states: Any, record: Any) -> None
     with mock.patch.object(module, "variant_args", lambda spec: record):
         with torch.no_grad():
             layer(x, states)
+
+
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["full", "lengths"])
+@pytest.mark.parametrize("variant", [Variant(merge="mul"), Variant(stacks="separate", merge="ave")])
+def test_dropout_between_merged_layers_agrees_with_the_variant_engine(
+    variant: Variant, with_lengths: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two layers of one seed draw the same dropout masks (the operator's), so the native
+    engine and the variant engine (forced) agree with dropout too."""
+    kwargs: dict[str, Any] = {"direction": "bidirectional", "dropout": 0.4, "seed": 3}
+    ours, theirs = (_layer("lstm", 3, variant, kwargs, 0.5) for _ in range(2))
+    x, states = _inputs(ours, 4)
+    lengths = LENGTHS if with_lengths else None
+    runs = watch_engines(monkeypatch)
+    got = _train(ours, x, states, lengths)
+    assert ran(runs) == ["native", "native"]
+    force_engine(monkeypatch, "variant")
+    want = _train(theirs, x, states, lengths)
+    assert ran(runs)[-2:] == ["variant", "variant"]
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        _close(g, w, f"output {k}", 2e-5)

@@ -166,15 +166,16 @@ def test_double_backward_of_a_variant() -> None:
 
 
 def test_float32_and_dropout_run_on_the_variant_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(With a projection: the native engine, which computes the rest in float32, has none.)"""
     layer = CudnnLSTM(
-        3, 6, input_size=5, dropout=0.5, seed=1, direction="bidirectional",
+        3, 6, input_size=5, dropout=0.5, seed=1, direction="bidirectional", num_proj=4,
         variant=Variant(merge="sum", peepholes=True),
     )  # fmt: skip
     runs = watch_engines(monkeypatch)
     x = torch.randn(7, 2, 5, requires_grad=True)
     y, (h, c) = layer(x)
     (y.sum() + h.sum() + c.sum()).backward()
-    assert y.shape == (7, 2, 6) and y.dtype == torch.float32
+    assert y.shape == (7, 2, 4) and y.dtype == torch.float32
     assert ran(runs) == ["variant", "variant"]
     assert x.grad is not None and torch.isfinite(x.grad).all()
     # the same seed and step give the same masks: eval mode is deterministic and differs
@@ -183,18 +184,20 @@ def test_float32_and_dropout_run_on_the_variant_engine(monkeypatch: pytest.Monke
 
 
 def test_the_rule_table_sends_variants_to_their_engine() -> None:
-    """Every variant the native loops do not compute (another dtype, another merge, separate
-    stacks, a projection; tests/engines/test_native_variants.py has the rest) runs here."""
+    """Every variant the native engine does not compute (another dtype, a projection;
+    tests/engines/test_native_variants.py has the rest) runs here."""
     for mode in LAYERS:
         plain = RNNSpec(mode, 1, 4, 4)
         assert engines.select(plain, torch.device("cpu"), torch.float32, True, False) != "variant"
         changed = RNNSpec(mode, 1, 4, 4, variant=Variant(time="reverse"))
-        summed = RNNSpec(mode, 1, 4, 4, direction="bidirectional", variant=Variant(merge="sum"))
+        projected = RNNSpec(
+            "lstm", 1, 4, 4, num_proj=2, variant=Variant(merge="sum"), direction="bidirectional"
+        )
         for grad in (False, True):
             for dtype in (torch.float16, torch.float64):
                 name = engines.select(changed, torch.device("cpu"), dtype, grad, True)
                 assert name == "variant"
-            assert engines.select(summed, torch.device("cpu"), torch.float32, grad, True) == (
+            assert engines.select(projected, torch.device("cpu"), torch.float32, grad, True) == (
                 "variant"
             )
 

@@ -99,10 +99,10 @@ def _record(found: FoundRNN) -> dict[str, Any]:
 
 #: What ``info`` says computes the variants (cudnn_rnn.core.variant), on every device.
 VARIANT_ENGINE = (
-    "native on CPU float32 (activations, clips, peepholes, coupled gates, the GRU's reset "
-    "before the product, reverse time, go_backwards); variant (torch operators, the backward by "
-    "autograd) on CUDA, in other dtypes and for the merges sum/mul/ave, separate stacks and the "
-    "projection clip"
+    "native on CPU in float32 without a projection (every variant: activations, clips, "
+    "peepholes, coupled gates, the GRU's reset before the product, time directions, merges, "
+    "separate stacks); variant (torch operators, the backward by autograd) on CUDA, in other "
+    "dtypes and with a projection"
 )
 
 

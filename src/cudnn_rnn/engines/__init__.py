@@ -8,12 +8,11 @@ keeps for its backward pass. The first row that fits runs the call:
 ==============================  ==========================================================
 CPU, float32, no projection,    ``native``: our C engine (the forward's input projection,
 the native engine loaded;       both time loops and the backward's products), with or
-cuDNN's math or a variant its   without gradient, traced or not (:mod:`.native`; the
-loops compute                   variants: :mod:`.native_variant`)
-any other variant (any device,  ``variant``: the variants beyond cuDNN's four modes
-dtype, with or without          (:mod:`cudnn_rnn.core.variant`) in torch operators, the
-gradient)                       backward by autograd on the forward run again (:mod:`.variant`);
-                                on CUDA every variant runs here
+cuDNN's math or any variant     without gradient, traced or not (:mod:`.native`; the
+                                variants: :mod:`.native_variant`)
+any other variant (CUDA, other  ``variant``: the variants beyond cuDNN's four modes
+dtypes, a projection; with or   (:mod:`cudnn_rnn.core.variant`) in torch operators, the
+without gradient)               backward by autograd on the forward run again (:mod:`.variant`)
 CUDA, float16/32/64, cuDNN      ``cudnn``: cuDNN through aten's ``_cudnn_rnn`` and
 available and enabled,          ``_cudnn_rnn_backward`` on the opaque buffer in place, with
 projection narrower than        or without gradient, traced or not; cuDNN's own dropout

@@ -105,9 +105,17 @@ def _kept_widths(spec: RNNSpec, hseq: bool) -> list[int]:
     return widths + ([_extra(spec)] if _extra(spec) else [])
 
 
+def kept_outputs(spec: RNNSpec) -> int:
+    """How many layers' outputs (both directions side by side) the workspace keeps: every layer
+    below the last (the next one's input); the last one's too where the directions are merged
+    by a sum, product or mean (a variant), which the operator's output no longer shows."""
+    merged = spec.bidirectional and spec.variant.merge != "concat"
+    return spec.num_layers - 1 + int(merged)
+
+
 def workspace_numel(spec: RNNSpec, steps: Any, batch: Any, *, hseq: bool = True) -> Any:
     """Length of the workspace (works on symbolic sizes too)."""
-    inputs = (spec.num_layers - 1) * spec.num_dirs * spec.output_units
+    inputs = kept_outputs(spec) * spec.num_dirs * spec.output_units
     return steps * batch * (spec.num_states * sum(_kept_widths(spec, hseq)) + inputs)
 
 
@@ -139,7 +147,8 @@ class WorkspaceEngine:
 def split_workspace(
     ws: Tensor, spec: RNNSpec, steps: int, batch: int, *, hseq: bool = True
 ) -> tuple[list[list[Tensor]], list[Tensor]]:
-    """Views of the workspace: per pseudo-layer [gates, (hseq), (extra)], per layer >= 1 input."""
+    """Views of the workspace: per pseudo-layer [gates, (hseq), (extra)], per kept output
+    (:func:`kept_outputs`) one ``[T, B, D * Hout]``."""
     hout, widths = spec.output_units, _kept_widths(spec, hseq)
     n = steps * batch
     per_layer: list[list[Tensor]] = []
@@ -152,7 +161,7 @@ def split_workspace(
         per_layer.append(views)
     inputs = []
     width = spec.num_dirs * hout
-    for _ in range(spec.num_layers - 1):
+    for _ in range(kept_outputs(spec)):
         inputs.append(ws[offset : offset + n * width].view(steps, batch, width))
         offset += n * width
     return per_layer, inputs

@@ -23,9 +23,9 @@ makes its input gradient in chunks that give the gates' pages back as it goes.
 
 Scope: CPU, float32, no projection; all four modes, any layers, both directions,
 ``sequence_lengths``, ``skip_input``, dropout masks from the operator, and the variants
-:mod:`~cudnn_rnn.engines.native_variant` lists (activations, clips, peepholes, coupled gates,
-the GRU's reset gate before the product, reverse time). Everything else runs on the other
-engines (see :mod:`cudnn_rnn.engines`).
+(:mod:`~cudnn_rnn.engines.native_variant`: activations, clips, peepholes, coupled gates, the
+GRU's reset gate before the product, reverse time, merges and separate stacks). Everything else
+runs on the other engines (see :mod:`cudnn_rnn.engines`).
 
 Workspace (laid out by :mod:`~cudnn_rnn.engines.native_workspace`): what each loop made, in the
 input's time order, and the output of each layer below the last, which the forward writes straight
@@ -109,7 +109,6 @@ from cudnn_rnn.engines.native_settings import (
 )
 from cudnn_rnn.engines.native_variant import (
     candidate_input,
-    computes,
     go_backwards,
     reverses,
     variant_args,
@@ -126,6 +125,7 @@ from cudnn_rnn.engines.native_workspace import (
     _state_before,
     _workspace_numel,
 )
+from cudnn_rnn.engines.variant import merged as variant_merged
 
 __all__ = [
     "ABI_VERSION",
@@ -165,15 +165,9 @@ NAME = "native"
 
 
 def supports(spec: RNNSpec, device: torch.device, dtype: torch.dtype) -> bool:
-    """What the native engine computes: CPU, float32, no projection, cuDNN's math or a variant
-    its loops compute (and it is loaded)."""
-    return (
-        device.type == "cpu"
-        and dtype == torch.float32
-        and spec.num_proj is None
-        and computes(spec)
-        and available()
-    )
+    """What the native engine computes: CPU, float32, no projection, cuDNN's math or any
+    variant (and it is loaded)."""
+    return device.type == "cpu" and dtype == torch.float32 and spec.num_proj is None and available()
 
 
 def forward(
@@ -230,19 +224,27 @@ def forward(
     c0_at, cn_at = _checked(c0), _ptr(cn)
     assert base is not None and h0_at is not None and hn_at is not None
     layer_input = x
+    merge, separate = spec.variant.merge, spec.variant.stacks == "separate"
     for layer in range(spec.num_layers):
-        width = spec.input_size if layer == 0 else dirs * units
+        # The layer's input: x; above it the layer below's output, both directions side by
+        # side, or their merge (a sum, product or mean: a variant); with separate stacks each
+        # direction reads its own direction's half.
+        width = spec.input_size if layer == 0 else spec.mask_width
         # A compact workspace holds a layer's input as its valid rows, [rows, 1, width].
         shape = (kept_rows, 1, width) if compacted and layer > 0 else (steps, batch, width)
+        if layer > 0 and dirs == 2 and merge != "concat" and not separate:
+            layer_input = _merged(layer_input, merge)
         if layer > 0 and masks is not None:  # the workspace keeps the output before dropout
             layer_input = layer_input * _layer_mask(masks, layer, valid if compacted else None)
         if layer > 0:  # (the first layer's is x, checked above with this shape)
             layer_input = boundary(layer_input, "the layer input", shape)
         # With a gradient, a layer below the last writes its output straight into the
         # workspace, where the backward finds it as the next layer's input (no second copy);
-        # a compact workspace keeps its valid rows, gathered after the layer.
+        # a compact workspace keeps its valid rows, gathered after the layer. The last layer's
+        # is kept too where its directions are merged (kept_outputs).
         last = layer == spec.num_layers - 1
-        direct = need_grad and not last and not compacted
+        keep = need_grad and (not last or len(inputs) == spec.num_layers)
+        direct = keep and not compacted
         if direct:  # a view into the workspace: checked like any tensor C writes
             y = boundary(inputs[layer], "y", (steps, batch, dirs * units), output=True)
             y_at = _checked(y)
@@ -250,19 +252,17 @@ def forward(
             y = x.new_empty(steps, batch, dirs * units)
             y_at = _ptr(y)
         assert y_at is not None
-        # What both directions read: the input itself in every gate (skip_input), or the
-        # rows the projection runs over (with lengths: the valid ones).
-        if layout.fused[layer * dirs].w_ih is None:
-            source = layer_input.repeat(1, 1, gates)
-            source_at = _ptr(source)
-        else:  # the layer input, or (_gather_rows) its valid rows: both from boundary
-            if valid is not None and not (compacted and layer > 0):
-                source = _gather_rows(layer_input, valid[0])  # else already the valid rows
-            else:
-                source = layer_input
-            source_at = _checked(source)
+        reads = [layer_input] * dirs
+        if separate and layer > 0:
+            half = (*shape[:-1], units)
+            halves = layer_input.chunk(2, -1)
+            reads = [boundary(h.contiguous(), "the layer input", half) for h in halves]
+        sources = [
+            _source(layout, layer, d, read, valid, compacted) for d, read in enumerate(reads)
+        ]
         loops = []  # one per direction: C runs them at once
         for d in range(dirs):
+            source_at = sources[d][1] if separate else sources[0][1]
             p = layer * dirs + d
             f = layout.fused[p]
             # (a single loop fills in `common` itself: every field set below is set again by
@@ -279,7 +279,7 @@ def forward(
                 args.gi, args.x, args.w, args.rowmap = source_at, None, None, None
             else:
                 args.gi, args.x, args.w = None, source_at, base + 4 * f.w_ih.offset
-                args.input_size, args.rowmap = width, rowmap
+                args.input_size, args.rowmap = spec.layer_input_size(layer), rowmap
             args.reverse = reverses(spec, d)
             args.r = base + 4 * f.w_hh.offset
             args.br = base + 4 * f.b_hh.offset if gru else None
@@ -295,14 +295,54 @@ def forward(
                 args.ws_extra = _ptr(kept[1]) if len(kept) > 1 else None
             loops.append(args)
         _call("cr_forward", *loops)
+        del sources
         layer_input = y
-        if compacted and not last and valid is not None:  # the next layer's input: valid rows
+        if compacted and keep and valid is not None:  # kept (the next layer's input): valid rows
             slot = inputs[layer].view(kept_rows, dirs * units)
             torch.index_select(y.view(steps * batch, -1), 0, valid[0], out=slot)
-            layer_input = inputs[layer]
+            layer_input = inputs[layer] if not last else y
+    if dirs == 2 and merge != "concat":  # a variant: the directions summed, multiplied, averaged
+        layer_input = _merged(layer_input, merge)
     if go_backwards(spec):  # one layer (native_variant.computes): its output in loop order
         layer_input = layer_input.flip(0)
     return layer_input, hn, cn, ws
+
+
+def _source(
+    layout: Layout,
+    layer: int,
+    d: int,
+    read: Tensor,
+    valid: tuple[Tensor, Tensor] | None,
+    compacted: bool,
+) -> tuple[Tensor, int | None]:
+    """What direction ``d`` of ``layer`` reads, kept alive, and its address: the input itself in
+    every gate (skip_input), or the rows the projection runs over (with lengths: the valid
+    ones)."""
+    if layout.fused[layer * layout.spec.num_dirs + d].w_ih is None:
+        source = read.repeat(1, 1, layout.spec.num_gates)
+        return source, _ptr(source)
+    if valid is not None and not (compacted and layer > 0):
+        source = _gather_rows(read, valid[0])  # else already the valid rows
+    else:  # the layer input, or (_gather_rows) its valid rows: both from boundary
+        source = read
+    return source, _checked(source)
+
+
+def _merged(both: Tensor, merge: str) -> Tensor:
+    """A layer's output from its two directions' side by side (the variant engine's merge)."""
+    return variant_merged(list(both.chunk(2, -1)), merge)
+
+
+def _unmerged(grad: Tensor, both: Tensor, merge: str) -> Tensor:
+    """The gradient of the two directions' outputs side by side from that of their merge."""
+    if merge == "sum":
+        return torch.cat([grad, grad], -1)
+    if merge == "ave":
+        half = grad / 2
+        return torch.cat([half, half], -1)
+    fw, bw = both.chunk(2, -1)  # mul
+    return torch.cat([grad * bw, grad * fw], -1)
 
 
 def _valid_rows(lengths: Tensor | None, steps: int, batch: int) -> tuple[Tensor, Tensor] | None:
@@ -361,7 +401,7 @@ def backward(
     lengths = boundary(lengths, "lengths", (batch,), torch.int64) if lengths is not None else None
     if go_backwards(spec):  # the loop's time order: the forward flipped its output
         y, dy = y.flip(0), dy.flip(0)
-    y = boundary(y, "y", (steps, batch, dirs * units))
+    y = boundary(y, "y", (steps, batch, spec.output_width))
     valid = _valid_rows(lengths, steps, batch)
     kept_rows = steps * batch  # the forward kept every row, or (compact) the valid ones
     if valid is not None and ws.numel() == _workspace_numel(spec, int(valid[0].numel()), 1):
@@ -401,15 +441,32 @@ def backward(
         common.ws_rows, common.wsmap = kept_rows, _checked(valid[1])
     kept_index = valid[0] if compacted and valid is not None else None
     full_lengths = None if valid is None else lengths  # None: every sequence has T steps
+    merge, separate = spec.variant.merge, spec.variant.stacks == "separate"
+    merged = dirs == 2 and merge != "concat"  # (a variant) the workspace keeps the last output
+
+    def both(layer: int) -> Tensor:
+        """Layer ``layer``'s two directions' outputs side by side, ``[T, B, 2H]``."""
+        kept = inputs[layer]
+        if not compacted or valid is None:
+            return kept
+        full = kept.new_zeros(steps * batch, dirs * units)
+        return full.index_copy_(0, valid[0], kept.view(kept_rows, -1)).view(steps, batch, -1)
+
+    if merged:  # the gradient of the last layer's directions from that of their merge
+        dy = _unmerged(dy, both(spec.num_layers - 1), merge)
     d_out = boundary(dy, "dy", (steps, batch, dirs * units))
     for layer in reversed(range(spec.num_layers)):
         u = x if layer == 0 else inputs[layer - 1]
         if compacted and layer == 0 and valid is not None:  # the rows the kept ones pair with
             u = x.reshape(steps * batch, -1).index_select(0, valid[0]).view(kept_rows, 1, -1)
+        if layer > 0 and merged and not separate:  # what the forward read: the merge
+            u = _merged(u, merge)
         if layer > 0 and masks is not None:  # the input after dropout, as the forward used it
             u = u * _layer_mask(masks, layer, valid if compacted else None)
+        # separate stacks: each direction read its own direction's half
+        reads = list(u.chunk(2, -1)) if separate and layer > 0 else [u] * dirs
         # This layer's output: the states each step started from are read out of it.
-        out = y if layer == spec.num_layers - 1 else inputs[layer]
+        out = inputs[layer] if layer < len(inputs) else y
         out_compact = out is not y and compacted
         out_map = valid[1] if out_compact and valid is not None else None
         loops = []  # one per direction: C runs them at once
@@ -440,6 +497,7 @@ def backward(
             loops.append(args)
         _call("cr_backward", *loops)
         d_in: Tensor | None = None
+        halves: list[Tensor] = []
         for d in range(dirs):
             p = layer * dirs + d
             kept = saved[p]
@@ -462,10 +520,15 @@ def backward(
             if layer > 0 and len(kept) > 1:  # finished with: the states, or the GRU's dghn
                 _release(kept[1])
             if layer > 0:  # the input's gradient as the gates' gradients are given back
-                input_grads(spec, weights[p], grads[p], u, dgi, None, False, _OURS)  # dW
-                d_in = _input_grad_releasing(weights[p], dgi, d_in)
+                input_grads(spec, weights[p], grads[p], reads[d], dgi, None, False, _OURS)  # dW
+                if separate:  # each direction's own half of the input
+                    halves.append(_input_grad_releasing(weights[p], dgi, None))
+                else:
+                    d_in = _input_grad_releasing(weights[p], dgi, d_in)
             else:
                 d_in = input_grads(spec, weights[p], grads[p], u, dgi, d_in, need_dx, _OURS)
+        if halves:
+            d_in = torch.cat(halves, -1)
         if 0 < layer < spec.num_layers - 1:  # this layer's output, read for its states
             _release(inputs[layer])
         if d_in is None:  # layer 0 and nothing wants the input's gradient
@@ -477,6 +540,8 @@ def backward(
             d_in = full
         if layer > 0 and masks is not None:
             d_in = d_in * masks[layer - 1]
+        if layer > 0 and merged and not separate:  # from the merge's gradient to both halves'
+            d_in = _unmerged(d_in, both(layer - 1), merge)
         if layer > 0:  # the next C call reads it as the gradient of layer - 1's output
             d_in = boundary(d_in, "the layer output's gradient", (steps, batch, dirs * units))
         d_out = d_in

@@ -6,10 +6,11 @@ gates, the candidate and the LSTM's output, the gate clip (ONNX), the cell clip 
 coupled input and forget gates, the GRU's reset gate before the recurrent product (two products
 a step, a barrier between) and the reverse time direction (the backward direction's loop);
 Keras's ``go_backwards`` is that loop with its output flipped (a spec of one layer: see
-:class:`~cudnn_rnn.core.spec.RNNSpec`). The structure
-of a bidirectional stack stays cuDNN's: its directions concatenated, every layer bidirectional;
-the other merges and separate stacks run on the variant engine, as does the projection clip
-(the native engine has no projection). With a variant the workspace keeps the gates'
+:class:`~cudnn_rnn.core.spec.RNNSpec`). A bidirectional pair's merge (a sum, product or mean)
+and separate stacks are torch operations between the layers' loops (:mod:`.native`), their
+gradients written out there; the workspace then keeps the last layer's output too
+(:func:`~cudnn_rnn.engines.common.kept_outputs`). Only the projection clip runs on the variant
+engine, since the native engine has no projection. With a variant the workspace keeps the gates'
 pre-activations (before the gate clip, the peepholes' terms included) in place of the gates'
 values, and each backward step takes them through the activations again; a GRU with the reset
 gate before the product keeps ``r * h_prev`` in place of ``ghn``, which the gradient of ``R_n``
@@ -25,12 +26,6 @@ from cudnn_rnn.engines.native_library import _VariantArgs
 
 #: Each activation's code in the C library: its place in the table.
 ACTIVATION_CODES = {name: code for code, name in enumerate(ACTIVATIONS)}
-
-
-def computes(spec: RNNSpec) -> bool:
-    """Whether the native loops compute ``spec``'s variant (the module docstring)."""
-    v = spec.variant
-    return spec.num_dirs == 1 or (v.merge == "concat" and v.stacks == "layers")
 
 
 def go_backwards(spec: RNNSpec) -> bool:

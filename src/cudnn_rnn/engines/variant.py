@@ -126,14 +126,14 @@ def forward(
                 cs.append(c_n)
         if layer == spec.num_layers - 1:
             break
-        read = torch.cat(outs, -1) if separate else _merged(outs, v.merge)
+        read = torch.cat(outs, -1) if separate else merged(outs, v.merge)
         if masks is not None:
             read = read * masks[layer]
         reads = list(read.chunk(spec.num_dirs, -1)) if separate else [read] * spec.num_dirs
-    return _merged(outs, v.merge), torch.stack(hs), (torch.stack(cs) if cs else None)
+    return merged(outs, v.merge), torch.stack(hs), (torch.stack(cs) if cs else None)
 
 
-def _merged(outs: list[Tensor], merge: str) -> Tensor:
+def merged(outs: list[Tensor], merge: str) -> Tensor:
     """A layer's output from its directions' (forward first)."""
     if len(outs) == 1:
         return outs[0]
