@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
+# Where torch comes from: pip's configured indexes by default (PyPI's Linux wheel is the CUDA
+# build); TORCH_INDEX=https://download.pytorch.org/whl/cpu gets the CPU build (README, Install).
+TORCH_INDEX ?=
 
 .PHONY: test demo bench bench-scaling gpu-check sanitize install lint typecheck pytest clean
 
@@ -15,7 +18,7 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# torch is pinned here (a CPU wheel on our machines); the package itself asks for a range.
-	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
 	$(PIP) install --quiet -e '.[test]'
 	touch $@
 
@@ -87,6 +90,14 @@ endif
 docs: install
 	$(PIP) install --quiet -e '.[docs]'
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The built site in a headless browser (tools/docs_check.py; not part of `make test`): every
+# page renders from file:// at 1280 px without scrolling sideways or a table running off it,
+# search finds replace_rnns from file://, every internal link and anchor resolves. Needs
+# Chromium: apt-get install -y chromium (or CHROMIUM=/path/to/chrome).
+.PHONY: docs-check
+docs-check: docs
+	$(PY) tools/docs_check.py site
 
 # The native engine built with AddressSanitizer and UBSan, and every native test run under them
 # (about two minutes; `make test` runs a quick subset in tests/test_sanitize.py).

@@ -51,13 +51,38 @@ def _tell(message: str) -> None:
         pass
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or below it."""
+    import os
+
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
 def main() -> None:
     import os
-    import sys
+    import shutil
 
     from setuptools import Extension, setup
     from setuptools.command.bdist_wheel import bdist_wheel
+    from setuptools.command.build import build
     from setuptools.command.build_ext import build_ext
+
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    class FreshBuild(build):
+        """A build from nothing, every time. pip builds in the source tree, and setuptools
+        copies into ``build/lib*`` only what is newer than the copy there and reuses the
+        objects in ``build/temp*``: a module deleted or renamed since an earlier build would
+        still go into the wheel, and an engine built from other sources could be reused. Only
+        folders inside the project's own ``build/`` are emptied (an editable install builds in
+        a temporary folder of its own)."""
+
+        def run(self) -> None:
+            for folder in (self.build_lib, self.build_temp):
+                if _inside(folder, os.path.join(here, "build")):
+                    shutil.rmtree(folder, ignore_errors=True)
+            super().run()
 
     class BuildEngine(build_ext):
         """The engine as ``cudnn_rnn/_engine.so``; where it cannot be compiled, a loud message
@@ -100,7 +125,7 @@ def main() -> None:
                 extra_link_args=LINK_FLAGS,
             )
         ],
-        cmdclass={"build_ext": BuildEngine, "bdist_wheel": PlatformWheel},
+        cmdclass={"build": FreshBuild, "build_ext": BuildEngine, "bdist_wheel": PlatformWheel},
     )
 
 

@@ -144,8 +144,9 @@ EXIT_INTERRUPTED = 130
 #: logits' scale (the smallest of the implementations' max |logit|). The three run different
 #: kernels (the cells sum cuDNN's two biases and multiply ``[x, h]`` by one matrix), so they agree
 #: to rounding, not bits. Measured on the default run (600 steps; 8 x 100 held-out characters;
-#: max |logit| 12.7): the stepped cells differ from torch's kernel by 4.3e-6 in float32 (3.4e-7
-#: of the scale, about 3 epsilons) and 9.5e-15 in float64 (about 3 epsilons too). The tolerances
+#: max |logit| 12.7; docs/demo-run.json): the stepped cells differ from the fused engine and from
+#: torch's kernel by 6.2e-6 in float32 (4.9e-7 of the scale, about 4 epsilons; the fused engine
+#: and torch's kernel by 4.3e-6) and 9.5e-15 in float64 (about 3 epsilons). The tolerances
 #: leave a margin of 30x (float32) and 1000x (float64) for other machines, engines, models and
 #: lengths, and catch small mistakes: a first-layer kernel scaled by 1 + 1e-4 moves the logits
 #: by 8e-4, a bias off by 1e-3 by 1e-2, a dropped bias by 2.

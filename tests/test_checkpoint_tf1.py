@@ -301,7 +301,18 @@ def test_todays_save_writes_what_tf115_read_and_ran(name: str, tmp_path: Path) -
 def test_save_format_error(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError,
-        match=r"checkpoint: format must be 'safetensors' or 'tf', "
-        r"got 'h5'\.",
+        match=r"checkpoint.save: format must be 'safetensors' or 'tf1' \('tf' is its older "
+        r"name\), got 'h5'\.",
     ):
         checkpoint.save(tmp_path / "x", CudnnLSTM(1, 2, input_size=2), format="h5")
+
+
+def test_save_format_tf_is_tf1(tmp_path: Path) -> None:
+    """One name per format: ``tf1`` (as ``--format tf1``, ``FoundRNN.format``, ``inspect``);
+    ``format="tf"``, its older name, writes the same bytes."""
+    layer = CudnnLSTM(1, 2, input_size=2, seed=0)
+    checkpoint.save(tmp_path / "a", layer, format="tf1")
+    checkpoint.save(tmp_path / "b", layer, format="tf")
+    for suffix in (".index", ".data-00000-of-00001"):
+        assert (tmp_path / f"a{suffix}").read_bytes() == (tmp_path / f"b{suffix}").read_bytes()
+    assert [f.format for f in cudnn_rnn.find_rnns(tmp_path / "a")] == ["tf1"]

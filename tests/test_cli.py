@@ -33,7 +33,7 @@ pytestmark = [
 def test_inspect_tf1_fixture(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(FIXTURES / "cudnn_lstm.ckpt")]) == 0
     out = capsys.readouterr().out
-    assert "tf file, 12 tensor(s)" in out
+    assert "tf1 file, 12 tensor(s)" in out  # the format's one name, as --format tf1 says it
     assert "model/rnn/multi_rnn_cell/cell_1/cudnn_compatible_lstm_cell/kernel" in out
     assert "found 1 RNN(s), 1 computable (--model NAME):" in out
     assert (

@@ -307,7 +307,8 @@ def test_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["inspect", str(folder)]) == 2
     err = capsys.readouterr().err
     _assert_one_line(err, folder)
-    assert "not a regular file" in err
+    # (a TF1 checkpoint directory would be read: the latest checkpoint its state file names)
+    assert "a directory without a TF1 'checkpoint' state file" in err
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")

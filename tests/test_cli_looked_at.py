@@ -134,7 +134,7 @@ _WITHOUT_RNN = {
         "read a torch file: 5 tensors (4 under 'encoder', 1 under 'head'); no tensors named as "
         "a torch.nn LSTM, GRU, RNN or RNN cell names its own (weight_ih_l0, weight_hh_l0...)",
     ),
-    "tf": (
+    "tf1": (
         _tf1_without_rnn,
         "m.ckpt",
         "read a TF1 checkpoint: 4 tensors (2 under 'dense', 1 under 'dense_1', 1 under "

@@ -130,7 +130,7 @@ _REVEALED = [
     "torch._tensor.Tensor",
     "torch._tensor.Tensor",
     "torch.nn.modules.rnn.LSTM",
-    "cudnn_rnn.layers._CudnnRNN",
+    "cudnn_rnn.layer_base._CudnnRNN",
     "tuple[torch._tensor.Tensor, torch._tensor.Tensor]",
 ]
 

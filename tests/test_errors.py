@@ -24,6 +24,7 @@ from cudnn_rnn.io.keras import keras3
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.io.tf1 import cells as tf1_cells
 from cudnn_rnn.io.tf1 import protobuf_wire
+from cudnn_rnn.io.tf1 import state as tf1_state
 from cudnn_rnn.io.torch import file as torch_file
 from cudnn_rnn.nn._checks import RNNArgumentError
 from tests.support.paths import FIXTURES
@@ -115,6 +116,11 @@ CASES: dict[str, tuple[type[Exception], type[Exception], Callable[[Path], object
         lambda t: convert.from_keras_h5(_junk(t, "x.h5")),
     ),
     "Keras3Error": (keras3.Keras3Error, ValueError, lambda t: keras3.find_rnns(_config_only(t))),
+    "CheckpointStateError": (
+        tf1_state.CheckpointStateError,
+        ValueError,
+        lambda t: cudnn_rnn.find_rnns(t),  # a directory without a TF1 `checkpoint` file
+    ),
     "TF1CellsError": (
         tf1_cells.TF1CellsError,
         ValueError,

@@ -73,7 +73,7 @@ def test_keras_nested_layers_are_listed_by_path_and_loaded(
     found = convert.find_rnns(KERAS2 / "nested_model.h5")
     names = [f.name for f in found]
     assert "encoder/core/gru" in names, names
-    assert all(isinstance(f, FoundRNN) and f.format == "hdf5" for f in found)
+    assert all(isinstance(f, FoundRNN) and f.format == "keras_h5" for f in found)
     assert main(["inspect", str(KERAS2 / "nested_model.h5")]) == 0
     out = capsys.readouterr().out
     assert f"found {len(found)} RNN(s)" in out and "'encoder/core/gru': gru" in out

@@ -46,8 +46,8 @@ def _names(*names: str) -> tuple[str, ...]:
 LEVELS: tuple[tuple[str, ...], ...] = (
     _names("core", "errors", "_moved"),
     _names("io"),
-    _names("validation", "initializers", "operator", "export", "engines"),
-    _names("ops", "layers", "cells", "nn", "saveable", "checkpointable"),
+    _names("validation", "initializers", "unbuilt", "operator", "export", "engines"),
+    _names("ops", "layer_base", "layers", "cells", "nn", "saveable", "checkpointable"),
     _names("converters", "convert", "checkpoint"),
     _names("cli"),
 )
@@ -59,7 +59,7 @@ IO = f"{PACKAGE}.io"
 #: The saveables convert an opaque buffer through the layout table (core); they stand beside the
 #: op level, not on it, and never build runtime op objects.
 SAVEABLES = _names("saveable", "checkpointable")
-RUNTIME = _names("operator", "engines", "ops", "layers", "cells")
+RUNTIME = _names("operator", "engines", "ops", "layer_base", "layers", "cells")
 #: What core may import besides the standard library and itself: it is pure Python + NumPy.
 CORE_THIRD_PARTY = frozenset({"numpy"})
 #: The cells package, one concern a module, lowest first: the cells, the drivers that run them,

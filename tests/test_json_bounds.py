@@ -265,7 +265,7 @@ _READERS = {
     ),
     "Keras 3 config.json": (
         lambda p: _keras3_file(p / "c.keras", _deep_objects(_DEEP)),
-        r"from_keras3: '.*c\.keras': its config\.json ",
+        r"keras3: '.*c\.keras': its config\.json ",
     ),
     "Keras .h5 model_config": (
         lambda p: _keras_h5_file(p / "c.h5", _deep_arrays(_DEEP)),

@@ -212,6 +212,26 @@ def test_compile_after_the_first_eager_call() -> None:
     torch.testing.assert_close(compiled(x), eager, rtol=1e-12, atol=1e-12)
 
 
+# Dynamo itself looks at .grad of non-leaf tensors while it tries a graph break (fullgraph=False).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_compile_of_an_unbuilt_layer_says_so_first(fullgraph: bool) -> None:
+    """The advice is the error's message, not a line of dynamo's "Developer debug context"
+    (issue 49); a RuntimeError, alone or inside a model."""
+    advice = (
+        "CudnnGRU: the layer is not built yet, and torch.compile cannot create its parameter "
+        "while tracing; call it once before compiling, call build(input_shape) or pass "
+        "input_size= to the constructor."
+    )
+    for module in (CudnnGRU(1, 3), nn.Sequential(nn.Linear(4, 4), CudnnGRU(1, 3))):
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend="eager", fullgraph=fullgraph)
+        with pytest.raises(RuntimeError) as info:
+            compiled(torch.zeros(2, 1, 4))
+        assert str(info.value).startswith(advice), str(info.value)
+        assert "Developer debug context" not in str(info.value)
+
+
 def test_distributed_data_parallel_refuses_an_unbuilt_layer() -> None:
     # Before, the kernel did not exist when DDP was made, so it was silently never synchronised.
     store = dist.HashStore()  # type: ignore[attr-defined]

@@ -67,7 +67,7 @@ def _keras3(d: Path) -> str:
 #: format -> (a file of it, what the message says its reader takes)
 _FORMATS: dict[str, tuple[Callable[[Path], str], str]] = {
     "safetensors": (_safetensors, "our .safetensors checkpoints takes activation"),
-    "tf": (
+    "tf1": (
         lambda d: str(FIXTURES / "tf1_cells" / "basic_lstm.ckpt"),
         "TF1 checkpoints takes activation, forget_bias, cell_clip, proj_clip",
     ),
@@ -118,7 +118,7 @@ def test_an_option_no_reader_takes_is_refused_naming_those_it_takes(
     ("fmt", "options", "says"),
     [
         (
-            "tf",
+            "tf1",
             {"merge_layers": True},
             r"argument 'merge_layers' .*takes activation, forget_bias, cell_clip, proj_clip \("
             r"'merge_layers' is for Keras 2 \.h5 files\)\.$",

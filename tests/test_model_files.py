@@ -62,7 +62,7 @@ def _written(kind: str, layer: CudnnLSTM, path: Path) -> Path:
 def test_every_format_loads_whatever_its_name(kind: str, name: str, tmp_path: Path) -> None:
     layer = _source()
     path = _written(kind, layer, tmp_path / name)
-    reader = "torch" if kind.startswith("torch") else kind
+    reader = "torch" if kind.startswith("torch") else "tf1" if kind == "tf" else kind
     assert reader_of(str(path)) == reader
     assert _same(load_layer(str(path)), layer)
 
@@ -173,14 +173,14 @@ def test_a_tf1_index_renamed_is_refused_with_its_name(tmp_path: Path) -> None:
     assert files.sniff(tmp_path / "renamed") == files.TF1
     with pytest.raises(UnsupportedFormat, match=r"not named PREFIX\.index"):
         reader_of(str(tmp_path / "renamed"))
-    assert reader_of(f"{prefix}.index") == "tf" and reader_of(str(prefix)) == "tf"
+    assert reader_of(f"{prefix}.index") == "tf1" and reader_of(str(prefix)) == "tf1"
 
 
 def test_a_tf1_prefix_with_a_corrupt_index_is_read_as_tf1(tmp_path: Path) -> None:
     prefix = _written("tf", _source(), tmp_path / "ckpt")
     Path(f"{prefix}.index").write_bytes(b"\x00" * 100)
     assert files.sniff(prefix) == files.UNKNOWN
-    assert reader_of(str(prefix)) == "tf"  # its TF1 reader says what is wrong
+    assert reader_of(str(prefix)) == "tf1"  # its TF1 reader says what is wrong
     with pytest.raises(checkpoint.CheckpointError, match=r"bad magic number"):
         load_layer(str(prefix))
 

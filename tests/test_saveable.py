@@ -474,8 +474,8 @@ def test_restore_wrong_count_changes_nothing(lstm_saveable: Any) -> None:
     tensors = [x.tensor for x in s.specs]
     with pytest.raises(
         ValueError,
-        match=r"CudnnLSTMSaveable: expected 8 restored tensors \(the names of "
-        r"_tf_canonical_names\(\)\) for lstm \(num_layers=2, num_units=2, input_size=3, "
+        match=r"CudnnLSTMSaveable: expected 8 restored tensors \(one per entry of "
+        r"specs, in that order\) for lstm \(num_layers=2, num_units=2, input_size=3, "
         r"linear_input, bidirectional\), got 7\.",
     ):
         s.restore(tensors[:-1])

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
 #: Build products and caches a fresh clone does not have.
 NOT_IN_A_CLONE = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info", "*.pyc")
+#: A module an earlier build left in build/lib*, gone from the sources since.
+STALE = "removed_since.py"
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,12 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     for name in BUILD_INPUTS:
         shutil.copy2(ROOT / name, tree / name)
     shutil.copytree(ROOT / "src", tree / "src", ignore=NOT_IN_A_CLONE)
+    # What an earlier build of another revision left (a module since removed): setup.py builds
+    # from nothing, so it does not reach the wheel.
+    stale_lib = tree / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+    for lib in (stale_lib, tree / "build" / "lib"):
+        (lib / "cudnn_rnn").mkdir(parents=True)
+        (lib / "cudnn_rnn" / STALE).write_text("raise ImportError('stale')\n")
     out = tree / "dist"
     env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     command = [sys.executable, "-m", "pip", "wheel", str(tree), "-w", str(out)]
@@ -54,6 +63,7 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         names = archive.namelist()
         reason = archive.read("cudnn_rnn/_engine_not_built.txt").decode()
     assert "CompileError" in reason or "false" in reason, reason
+    assert f"cudnn_rnn/{STALE}" not in names, "a stale build/ folder reached the wheel"
     return names
 
 

@@ -7,7 +7,7 @@ against what the objects expect and reports every missing, unexpected or misshap
 error before it changes anything. The file format is specified in ``docs/checkpoint_format.md``.
 
 TF1 checkpoints (``PREFIX.index`` + ``PREFIX.data-*``, TensorFlow not needed) are read by
-``restore(PREFIX, objects)`` and written by ``save(PREFIX, objects, format="tf")``. TF's saver
+``restore(PREFIX, objects)`` and written by ``save(PREFIX, objects, format="tf1")``. TF's saver
 also stores the opaque kernel, ``global_step`` and optimizer slots; restoring from a TF1 file
 therefore ignores tensors nobody asked for unless ``strict=True``.
 
@@ -17,7 +17,7 @@ Objects are layers, saveables, cell containers (``MultiRNNCell``, ``Bidirectiona
 A layer or saveable of a variant (:class:`~cudnn_rnn.core.variant.Variant`: a model that is not
 cuDNN's math) is saved to our files only: their metadata holds the variant (format version 2),
 an LSTM's peepholes are three more tensors per layer-direction. A TF1 checkpoint holds TF's
-cuDNN-compatible cells, which compute cuDNN's math only: ``format="tf"`` refuses a variant, and
+cuDNN-compatible cells, which compute cuDNN's math only: ``format="tf1"`` refuses a variant, and
 so does restoring a TF1 checkpoint into one. A restore compares what each object computes with
 what the file says its model computes, and refuses where they differ.
 
@@ -65,6 +65,7 @@ from cudnn_rnn.io.safetensors import (
 )
 from cudnn_rnn.io.tf1 import bundle as tf1_bundle
 from cudnn_rnn.io.tf1 import prefix as tf1_prefix
+from cudnn_rnn.io.tf1 import state as tf1_state
 from cudnn_rnn.io.tf1 import writer as tf1_writer
 
 __all__ = [
@@ -114,14 +115,18 @@ def save(path: str | os.PathLike[str], objects: Any, *, format: str = "safetenso
     """Write the canonical tensors of ``objects`` to ``path``, atomically.
 
     ``format="safetensors"`` (default) writes one file with metadata (a model's variant
-    included); ``format="tf"`` writes a TF1 bundle ``PREFIX.index`` +
-    ``PREFIX.data-00000-of-00001`` that TensorFlow reads, and refuses (ValueError, before
-    anything is written) an object that computes a variant.
+    included); ``format="tf1"`` (or ``"tf"``, its older name) writes a TF1 bundle
+    ``PREFIX.index`` + ``PREFIX.data-00000-of-00001`` that TensorFlow reads, and refuses
+    (ValueError, before anything is written) an object that computes a variant.
     """
-    if format not in ("safetensors", "tf"):
-        raise ValueError(f"checkpoint: format must be 'safetensors' or 'tf', got {format!r}.")
+    if format not in ("safetensors", "tf1", "tf"):
+        raise ValueError(
+            f"checkpoint.save: format must be 'safetensors' or 'tf1' ('tf' is its older name), "
+            f"got {format!r}."
+        )
+    format = "tf1" if format == "tf" else format
     found = checkpointables(objects)
-    if format == "tf":
+    if format == "tf1":
         for obj in found:
             variant = _variant_of(obj)
             if not variant.is_cudnn:
@@ -140,7 +145,7 @@ def save(path: str | os.PathLike[str], objects: Any, *, format: str = "safetenso
                     "saveables different scopes."
                 )
             tensors[name] = tensor.detach().to("cpu").contiguous()
-    if format == "tf":
+    if format == "tf1":
         _save_tf(path, tensors)
         return
     safetensors.write(path, tensors, [obj.checkpoint_spec() for obj in found])
@@ -288,6 +293,8 @@ def restore(
     object_path: str | None = None,
 ) -> None:
     """Load ``path`` (safetensors file or TF1 prefix) into ``objects`` in place; all-or-nothing.
+    A TF1 checkpoint directory, or its ``checkpoint`` state file, means the latest checkpoint it
+    names, as ``tf.train.latest_checkpoint`` reads it (:func:`cudnn_rnn.io.tf1.state.resolve`).
 
     Every expected name must be in the file with a matching shape and a floating dtype. With
     ``strict`` the file may hold no other tensors; the default is strict for our files and not
@@ -312,6 +319,7 @@ def restore(
     and direction): a variant in our files' metadata, cuDNN's math in a file without one and in
     every TF1 checkpoint. Where they differ, nothing is restored.
     """
+    path = tf1_state.resolve(path)
     found = checkpointables(objects)
     expected: dict[str, Shape] = {}
     for obj in found:

@@ -32,7 +32,7 @@ format       extensions         what is written          how
 safetensors  ``.safetensors``   our checkpoint           ``checkpoint.save``
 onnx         ``.onnx``          an ONNX model            :func:`to_onnx`
 torch        ``.pt``, ``.pth``  a torch state_dict       ``torch.save`` of :func:`to_torch`'s
-tf1          none, ``.ckpt``,   a TF1 checkpoint:        ``checkpoint.save(format="tf")``
+tf1          none, ``.ckpt``,   a TF1 checkpoint:        ``checkpoint.save(format="tf1")``
              ``.ckpt-STEP``     ``PREFIX.index``, ...
 ===========  =================  =======================  ================================
 
@@ -237,7 +237,7 @@ def _write_safetensors(layer: Any, path: str) -> None:
 def _write_tf1(layer: Any, path: str) -> None:
     from cudnn_rnn import checkpoint
 
-    checkpoint.save(path, layer, format="tf")
+    checkpoint.save(path, layer, format="tf1")
 
 
 def _write_torch(layer: Any, path: str) -> None:

@@ -29,6 +29,19 @@ class CudnnRNNError(Exception):
 
     Argument checks raise the builtins ``TypeError`` and ``ValueError`` as torch does; the
     classes below this one name what went wrong with a file or a command.
+
+    Example:
+
+    >>> import os, tempfile, cudnn_rnn
+    >>> with tempfile.TemporaryDirectory() as folder:  # (nothing left behind)
+    ...     path = os.path.join(folder, "notes.txt")
+    ...     with open(path, "w") as f:
+    ...         _ = f.write("not a model")
+    ...     try:
+    ...         cudnn_rnn.find_rnns(path)
+    ...     except cudnn_rnn.CudnnRNNError as error:
+    ...         print(type(error).__name__, isinstance(error, ValueError))
+    UnsupportedFormat True
     """
 
 

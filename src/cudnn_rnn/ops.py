@@ -423,7 +423,42 @@ class _CudnnRNN(SpecProperties):
 
 
 class CudnnLSTM(_CudnnRNN):
-    """cuDNN LSTM (gates i, f, c, o), optionally with a recurrent projection (``num_proj``).
+    """The cuDNN LSTM op (gates i, f, c, o), optionally with a recurrent projection ``num_proj``.
+
+    Each layer computes at each step (``σ`` the logistic function, ``*`` the elementwise
+    product, ``h'`` and ``c'`` the previous step's state; two biases per gate)::
+
+        i, f, o = σ(W_g x + bW_g + R_g h' + bR_g)        for g = i, f, o
+        c~ = tanh(W_c x + bW_c + R_c h' + bR_c)
+        c = f * c' + i * c~
+        h = o * tanh(c)                                   (num_proj: h = W_proj (o * tanh(c)))
+
+    These differ from ``torch.nn.LSTM``'s nowhere.
+
+    Inputs:
+        ``input_data, input_h, input_c, params``, then ``is_training=True, sequence_lengths=None,
+        time_major=True``:
+
+        * ``input_data``: ``(T, B, I)``, ``(B, T, I)`` with ``time_major=False``, or a
+          ``PackedSequence``.
+        * ``input_h``: ``(L * D, B, Hout)``, index ``layer * D + direction``.
+        * ``input_c``: ``(L * D, B, H)``.
+        * ``params``: the opaque buffer, 1-D, :meth:`params_size` elements of the op's dtype.
+        * ``sequence_lengths``: ``(B,)`` ints in ``[1, T]``.
+
+        ``T`` time steps, ``B`` batch, ``I`` input_size, ``L`` num_layers, ``D`` 2 if
+        bidirectional else 1, ``Hout = num_proj or H``.
+
+    Outputs:
+        ``output, output_h, output_c``: ``output`` ``(T, B, D * Hout)`` (``(B, T, D * Hout)`` with
+        ``time_major=False``; a ``PackedSequence`` for one), the forward direction's half
+        first; ``output_h`` ``(L * D, B, Hout)``, ``output_c`` ``(L * D, B, H)``.
+
+    Attributes:
+        spec: the validated configuration (an :class:`~cudnn_rnn.core.spec.RNNSpec`).
+        dtype: the dtype of ``params``.
+
+    Example:
 
     >>> import torch
     >>> lstm = CudnnLSTM(num_layers=2, num_units=4, input_size=3)
@@ -494,7 +529,41 @@ class _CudnnRNNNoInputC(_CudnnRNN):
 
 
 class CudnnGRU(_CudnnRNNNoInputC):
-    """cuDNN GRU (gates r, u, h; the recurrent new-memory bias sits inside the reset product).
+    """The cuDNN GRU op (gates r, u, h; the recurrent bias ``bR_h`` inside the reset product).
+
+    Each layer computes at each step (``σ`` the logistic function, ``*`` the elementwise
+    product, ``h'`` and ``c'`` the previous step's state; two biases per gate)::
+
+        r, u = σ(W_g x + bW_g + R_g h' + bR_g)           for g = r, u
+        h~ = tanh(W_h x + bW_h + r * (R_h h' + bR_h))
+        h = (1 - u) * h~ + u * h'
+
+    The reset gate multiplies the recurrent product: cuDNN's and ``torch.nn.GRU``'s GRU,
+    not TF's ``GRUCell`` (``R_h (r * h')``).
+
+    Inputs:
+        ``input_data, input_h, params``, then ``is_training=True, sequence_lengths=None,
+        time_major=True``:
+
+        * ``input_data``: ``(T, B, I)``, ``(B, T, I)`` with ``time_major=False``, or a
+          ``PackedSequence``.
+        * ``input_h``: ``(L * D, B, H)``, index ``layer * D + direction``.
+        * ``params``: the opaque buffer, 1-D, :meth:`params_size` elements of the op's dtype.
+        * ``sequence_lengths``: ``(B,)`` ints in ``[1, T]``.
+
+        ``T`` time steps, ``B`` batch, ``I`` input_size, ``L`` num_layers, ``D`` 2 if
+        bidirectional else 1, ``H = num_units``.
+
+    Outputs:
+        ``output, output_h``: ``output`` ``(T, B, D * H)`` (``(B, T, D * H)`` with
+        ``time_major=False``; a ``PackedSequence`` for one), the forward direction's half
+        first; ``output_h`` ``(L * D, B, H)``.
+
+    Attributes:
+        spec: the validated configuration (an :class:`~cudnn_rnn.core.spec.RNNSpec`).
+        dtype: the dtype of ``params``.
+
+    Example:
 
     >>> import torch
     >>> gru = CudnnGRU(num_layers=1, num_units=2, input_size=2, direction="bidirectional")
@@ -507,7 +576,36 @@ class CudnnGRU(_CudnnRNNNoInputC):
 
 
 class CudnnRNNTanh(_CudnnRNNNoInputC):
-    """Plain RNN with tanh: ``h = tanh(W x + bW + R h' + bR)``.
+    """The cuDNN RNN op with tanh: ``h = tanh(W x + bW + R h' + bR)``.
+
+    Each layer computes at each step (``σ`` the logistic function, ``*`` the elementwise
+    product, ``h'`` and ``c'`` the previous step's state; two biases per gate)::
+
+        h = tanh(W x + bW + R h' + bR)
+
+    Inputs:
+        ``input_data, input_h, params``, then ``is_training=True, sequence_lengths=None,
+        time_major=True``:
+
+        * ``input_data``: ``(T, B, I)``, ``(B, T, I)`` with ``time_major=False``, or a
+          ``PackedSequence``.
+        * ``input_h``: ``(L * D, B, H)``, index ``layer * D + direction``.
+        * ``params``: the opaque buffer, 1-D, :meth:`params_size` elements of the op's dtype.
+        * ``sequence_lengths``: ``(B,)`` ints in ``[1, T]``.
+
+        ``T`` time steps, ``B`` batch, ``I`` input_size, ``L`` num_layers, ``D`` 2 if
+        bidirectional else 1, ``H = num_units``.
+
+    Outputs:
+        ``output, output_h``: ``output`` ``(T, B, D * H)`` (``(B, T, D * H)`` with
+        ``time_major=False``; a ``PackedSequence`` for one), the forward direction's half
+        first; ``output_h`` ``(L * D, B, H)``.
+
+    Attributes:
+        spec: the validated configuration (an :class:`~cudnn_rnn.core.spec.RNNSpec`).
+        dtype: the dtype of ``params``.
+
+    Example:
 
     >>> CudnnRNNTanh(num_layers=2, num_units=7, input_size=3).params_size()
     196
@@ -517,7 +615,36 @@ class CudnnRNNTanh(_CudnnRNNNoInputC):
 
 
 class CudnnRNNRelu(_CudnnRNNNoInputC):
-    """Plain RNN with ReLU: ``h = max(0, W x + bW + R h' + bR)``.
+    """The cuDNN RNN op with ReLU: ``h = max(0, W x + bW + R h' + bR)``.
+
+    Each layer computes at each step (``σ`` the logistic function, ``*`` the elementwise
+    product, ``h'`` and ``c'`` the previous step's state; two biases per gate)::
+
+        h = max(0, W x + bW + R h' + bR)
+
+    Inputs:
+        ``input_data, input_h, params``, then ``is_training=True, sequence_lengths=None,
+        time_major=True``:
+
+        * ``input_data``: ``(T, B, I)``, ``(B, T, I)`` with ``time_major=False``, or a
+          ``PackedSequence``.
+        * ``input_h``: ``(L * D, B, H)``, index ``layer * D + direction``.
+        * ``params``: the opaque buffer, 1-D, :meth:`params_size` elements of the op's dtype.
+        * ``sequence_lengths``: ``(B,)`` ints in ``[1, T]``.
+
+        ``T`` time steps, ``B`` batch, ``I`` input_size, ``L`` num_layers, ``D`` 2 if
+        bidirectional else 1, ``H = num_units``.
+
+    Outputs:
+        ``output, output_h``: ``output`` ``(T, B, D * H)`` (``(B, T, D * H)`` with
+        ``time_major=False``; a ``PackedSequence`` for one), the forward direction's half
+        first; ``output_h`` ``(L * D, B, H)``.
+
+    Attributes:
+        spec: the validated configuration (an :class:`~cudnn_rnn.core.spec.RNNSpec`).
+        dtype: the dtype of ``params``.
+
+    Example:
 
     >>> CudnnRNNRelu(num_layers=1, num_units=4, input_size=4, input_mode="skip_input").params_size()
     24

@@ -196,3 +196,47 @@ def test_registry_lists_what_exists() -> None:
         r"torch/from, torch/to\.",
     ):
         convert.converter("jax", "to")
+
+
+def test_missing_keras_says_what_is_missing() -> None:
+    """Without keras: install it; keras without its backend's module: that module, or the torch
+    backend (issue 49: "needs keras 3" was said while keras 3 was installed)."""
+    from cudnn_rnn.converters.keras import _why_no_keras
+
+    gone = ModuleNotFoundError("No module named 'keras'", name="keras")
+    assert _why_no_keras(gone) == (
+        "cudnn_rnn.convert: Keras conversion needs keras 3 (pip install keras, or "
+        "pip install '.[keras]' in a clone of cudnn-rnn)."
+    )
+
+
+def test_keras_without_its_backend_names_the_backend(tmp_path: Any) -> None:
+    """keras 3 installed, asked to run on a backend that is not installed: the message names
+    that backend and the way to the torch one, in a fresh process (keras reads
+    ``KERAS_BACKEND`` when first imported)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    absent = [b for b in ("tensorflow", "jax") if importlib.util.find_spec(b) is None]
+    if not absent:
+        pytest.skip("every keras backend is installed here")
+    code = (
+        "import cudnn_rnn\n"
+        "from cudnn_rnn import convert\n"
+        "try:\n"
+        "    convert.to_keras(cudnn_rnn.CudnnLSTM(1, 2, input_size=3))\n"
+        "except ImportError as err:\n"
+        "    print(err)\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": absent[0], "HOME": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.stdout.startswith(
+        f"cudnn_rnn.convert: keras is installed, but cannot be imported: it runs on "
+        f"KERAS_BACKEND={absent[0]}, and {absent[0]} is not installed ("
+    ), run.stdout + run.stderr
+    assert "set KERAS_BACKEND=torch before keras is first imported" in run.stdout
+    assert "needs keras 3" not in run.stdout

@@ -374,7 +374,7 @@ def test_a_corrupt_weights_file_is_a_keras3_error(tmp_path: Path) -> None:
     members["model.weights.h5"] = bytes(blob)
     with pytest.raises(Keras3Error) as info:
         read(_archive(tmp_path / "m.keras", members), "bidirectional")
-    assert str(info.value).startswith("from_keras3: ")
+    assert str(info.value).startswith("keras3: ")  # the format, not a private function
     assert isinstance(info.value.__cause__, KerasH5Error)
 
 

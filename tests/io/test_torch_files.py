@@ -120,7 +120,7 @@ def test_an_lstm_under_a_prefix_is_found_and_loaded(tmp_path: Path) -> None:
     assert (found.name, found.mode, found.format, found.computable) == (
         "encoder.rnn",
         "lstm",
-        "torch_zip",
+        "torch",  # the format's one name, whichever kind of torch file (torch_zip here)
         True,
     )
     assert (found.num_layers, found.num_units, found.input_size, found.direction) == (
@@ -193,7 +193,7 @@ def test_legacy_pickle_files_load(tmp_path: Path) -> None:
     model = Model()
     path = tmp_path / "legacy.pt"
     torch.save(model.state_dict(), path, _use_new_zipfile_serialization=False)
-    assert [f.format for f in find_rnns(path)] == ["torch_pickle"] * 3
+    assert [f.format for f in find_rnns(path)] == ["torch"] * 3
     assert_same_as_module(from_torch(path, "encoder.rnn"), model.encoder.rnn)
 
 
@@ -273,7 +273,7 @@ def test_an_rnn_cell_state_dict_needs_the_activation(tmp_path: Path) -> None:
     path = tmp_path / "cell.pt"
     torch.save(nn.RNNCell(3, 2).state_dict(), path)
     (found,) = find_rnns(path)
-    assert found.name == "" and found.details["activation_known"] is False
+    assert found.name == "." and found.details["activation_known"] is False
     assert found.where.startswith("torch.nn.RNNCell at the top level in the state_dict")
     with pytest.raises(TorchFileError, match=r"RNNCell at the top level is a torch.nn.RNNCell"):
         from_torch(path)
@@ -293,7 +293,7 @@ def test_safetensors_of_an_lstm_state_dict(tmp_path: Path, metadata: Any) -> Non
     save_file(module.state_dict(), str(path), metadata=metadata)
     (found,) = find_rnns(path)
     assert (found.name, found.mode, found.format, found.num_layers) == (
-        "",
+        ".",
         "lstm",
         "safetensors",
         2,
@@ -315,8 +315,8 @@ def test_npz_of_torch_names(tmp_path: Path) -> None:
     path = tmp_path / "model.npz"
     np.savez(path, **{k: v.numpy() for k, v in model.state_dict().items()})
     assert [(f.name, f.format) for f in find_rnns(path)][:2] == [
-        ("encoder.rnn", "npz"),
-        ("decoder", "npz"),
+        ("encoder.rnn", "torch"),
+        ("decoder", "torch"),
     ]
     assert_same_as_module(from_torch(path, "encoder.rnn"), model.encoder.rnn)
     compressed = tmp_path / "compressed.npz"
@@ -405,10 +405,10 @@ def test_torchscript_lists_every_rnn_without_running_code(
     monkeypatch.setattr(torch, "load", refuse)
     found = find_rnns(scripted)
     assert [(f.name, f.mode, f.format) for f in found] == [
-        ("enc", "lstm", "torchscript"),
-        ("cell", "gru", "torchscript"),
-        ("post", "rnn_relu", "torchscript"),  # nn.RNN records its nonlinearity
-        ("steps.0", "rnn_relu", "torchscript"),  # nn.RNNCell: a constant of its class's code
+        ("enc", "lstm", "torch"),
+        ("cell", "gru", "torch"),
+        ("post", "rnn_relu", "torch"),  # nn.RNN records its nonlinearity
+        ("steps.0", "rnn_relu", "torch"),  # nn.RNNCell: a constant of its class's code
     ]
     assert all(f.computable for f in found)
     assert found[2].details["activation_known"] is True

@@ -463,7 +463,7 @@ def test_a_pickled_dict_of_numpy_arrays(tmp_path: Path, protocol: int, no_import
         pickle.dump(arrays, f, protocol=protocol)
     assert files.sniff(path) == files.PICKLE
     (found,) = find_rnns(path)
-    assert (found.name, found.format, found.mode) == ("lstm", "pickle", "lstm")
+    assert (found.name, found.format, found.mode) == ("lstm", "torch", "lstm")
     assert_same_as_module(from_torch(path), model.lstm)
     assert tensor_shapes(path)["embedding.weight"] == ((10, 4), "float64")
 

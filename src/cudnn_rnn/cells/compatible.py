@@ -430,10 +430,28 @@ class _TensorStateCell(_Cell):
 class CudnnCompatibleLSTMCell(_Cell):
     """TF's ``CudnnCompatibleLSTMCell``: an LSTM step with cuDNN's math and one bias per gate.
 
-    ``forget_bias`` is 0 and there are no peepholes and no cell clipping.
+    One step of cuDNN's LSTM, the cell that reads a ``CudnnLSTM``'s canonical checkpoint
+    (``forget_bias`` is 0; no peepholes, no cell clipping)::
 
-    Shapes: ``inputs [B, I]``, ``state = LSTMStateTuple(c [B, H], h [B, H])``; returns
-    ``(h, LSTMStateTuple(c, h))``.
+        i, j, f, o = split([x, h'] @ kernel + bias, 4)
+        c = sigmoid(f) * c' + sigmoid(i) * tanh(j)
+        h = sigmoid(o) * tanh(c)
+
+    ``kernel`` stacks the input and recurrent matrices, and ``bias`` is cuDNN's two biases
+    ``bW + bR`` summed: the same outputs as cuDNN's, and as ``torch.nn.LSTMCell``'s.
+
+    Inputs:
+        ``inputs, state``:
+
+        * ``inputs``: ``(B, I)``, one step of a batch of ``B`` (``I``: the input depth, fixed
+          by the first call).
+        * ``state``: ``LSTMStateTuple(c, h)``, each ``(B, H)`` (``H = num_units``); zeros:
+          :meth:`zero_state`.
+
+    Outputs:
+        ``h, LSTMStateTuple(c, h)``: ``h`` and ``c`` each ``(B, H)``.
+
+    Example:
 
     >>> import torch
     >>> cell = CudnnCompatibleLSTMCell(4)
@@ -504,10 +522,17 @@ class CudnnCompatibleLSTMCell(_Cell):
 class CudnnCompatibleGRUCell(_TensorStateCell):
     """TF's ``CudnnCompatibleGRUCell``: a GRU step with cuDNN's variant of the candidate.
 
-    cuDNN applies the reset gate after the recurrent product, ``r * (h' @ K_hid + b_hid)``, where
-    ``tf.nn.rnn_cell.GRUCell`` computes ``(r * h') @ K``; hence the separate candidate kernels.
-    ``gates/bias`` starts at 1.0 and the candidate biases at 0, as in TF. The constructor's
-    other arguments are every cell's (``__init__``); its own:
+    One step of cuDNN's GRU, the cell that reads a ``CudnnGRU``'s canonical checkpoint::
+
+        r, u = split(sigmoid([x, h'] @ gates_kernel + gates_bias), 2)
+        h~ = tanh(x @ K_in + b_in + r * (h' @ K_hid + b_hid))
+        h = (1 - u) * h~ + u * h'
+
+    This is where cuDNN (and ``torch.nn.GRU``, and ``CudnnGRU``) differs from TF's
+    ``tf.nn.rnn_cell.GRUCell``: cuDNN applies the reset gate after the recurrent product,
+    ``r * (h' @ K_hid + b_hid)``, where ``GRUCell`` computes ``(r * h') @ K``; hence the
+    separate candidate kernels. ``gates/bias`` starts at 1.0 and the candidate biases at 0,
+    as in TF.
 
     Args:
         kernel_initializer: ``f(shape, dtype) -> Tensor``, called for each of the three kernels
@@ -515,7 +540,14 @@ class CudnnCompatibleGRUCell(_TensorStateCell):
             when it is not callable (at construction) or returns no tensor, ValueError when
             the tensor has another shape.
 
-    Shapes: ``inputs [B, I]``, ``state [B, H]``; returns ``(h, h)``.
+    Inputs:
+        ``inputs, state``: ``inputs`` ``(B, I)``, one step of a batch of ``B``; ``state``
+        ``(B, H)`` (``H = num_units``; zeros: :meth:`zero_state`).
+
+    Outputs:
+        ``h, h``: the new state ``(B, H)``, twice (the output and the next state).
+
+    Example:
 
     >>> import torch
     >>> cell = CudnnCompatibleGRUCell(2)
@@ -600,14 +632,26 @@ _ACTIVATIONS: dict[object, str] = {
 class BasicRNNCell(_TensorStateCell):
     """TF's ``BasicRNNCell``, the cell for cuDNN's ``rnn_tanh`` and ``rnn_relu`` checkpoints.
 
-    Shapes: ``inputs [B, I]``, ``state [B, H]``; returns ``(h, h)``. The constructor's other
-    arguments are every cell's (``__init__``); its own:
+    One step of cuDNN's ``rnn_tanh`` (``rnn_relu`` with ``activation="relu"``)::
+
+        h = tanh([x, h'] @ kernel + bias)
+
+    ``bias`` is cuDNN's two biases ``bW + bR`` summed: the same outputs as cuDNN's.
 
     Args:
         activation: ``"tanh"`` or ``"relu"`` (or ``torch.tanh`` / ``torch.relu``, and their
             ``torch.nn.functional`` forms), the two that cuDNN has; None (the default, as TF)
             means tanh. ``rnn_mode`` follows it (``"rnn_tanh"`` or ``"rnn_relu"``). ValueError
             for anything else.
+
+    Inputs:
+        ``inputs, state``: ``inputs`` ``(B, I)``, one step of a batch of ``B``; ``state``
+        ``(B, H)`` (``H = num_units``; zeros: :meth:`zero_state`).
+
+    Outputs:
+        ``h, h``: the new state ``(B, H)``, twice (the output and the next state).
+
+    Example:
 
     >>> import torch
     >>> cell = BasicRNNCell(3, activation="relu")

@@ -149,6 +149,19 @@ class MultiRNNCell(_CellStack, _RNNCell):
     The state is a tuple with one entry per cell. With :func:`dynamic_rnn` this is the model
     that restores a unidirectional cuDNN checkpoint; ``scope`` is the variable scope that was
     current around ``dynamic_rnn`` (names start with ``<scope>/rnn/``, or ``rnn/`` without one).
+    Each cell computes its own equations (see its class); layer ``k``'s output is layer
+    ``k + 1``'s input.
+
+    Inputs:
+        ``inputs, state``: ``inputs`` ``(B, I)``, one step of a batch of ``B``; ``state`` a
+        tuple with one state per cell, each as that cell takes it (``LSTMStateTuple(c, h)``
+        of ``(B, H_k)`` tensors, or one ``(B, H_k)``); zeros: :meth:`zero_state`.
+
+    Outputs:
+        ``output, state``: the last cell's output ``(B, H_last)`` and the tuple of the cells'
+        next states.
+
+    Example:
 
     >>> import torch
     >>> from cudnn_rnn.cells import CudnnCompatibleLSTMCell
@@ -275,7 +288,22 @@ class BidirectionalStack(_CellStack):
 
     ``forward`` is :func:`stack_bidirectional_dynamic_rnn` over the two lists; this module owns
     the cells and their checkpoint names (``[<scope>/]stack_bidirectional_rnn/...``), which
-    restore a bidirectional cuDNN checkpoint.
+    restore a bidirectional cuDNN checkpoint. Each layer runs its forward cell over the
+    sequence and its backward cell over it reversed, and concatenates their outputs, which
+    the next layer takes.
+
+    Inputs:
+        ``inputs, initial_states_fw=None, initial_states_bw=None, sequence_length=None,
+        time_major=False``: ``inputs`` ``(B, T, I)`` (``(T, B, I)`` with
+        ``time_major=True``); the initial states, one per layer (each as its cell takes it,
+        zeros when None); ``sequence_length`` ``(B,)`` ints in ``[1, T]``.
+
+    Outputs:
+        ``outputs, states_fw, states_bw``: ``outputs`` ``(B, T, H_fw + H_bw)`` of the last
+        layer (``(T, B, ...)`` with ``time_major=True``); the final states of each layer's
+        forward and backward cell.
+
+    Example:
 
     >>> import torch
     >>> from cudnn_rnn.cells import BasicRNNCell

@@ -57,6 +57,7 @@ from cudnn_rnn.errors import UsageError
 from cudnn_rnn.io import atomic, registry
 from cudnn_rnn.io.files.escaping import clip, escape, first_line
 from cudnn_rnn.io.files.opening import FormatError
+from cudnn_rnn.io.tf1 import state as tf1_state
 
 __all__ = ["DESCRIPTION", "EPILOG", "UsageError", "build_parser", "main"]
 
@@ -222,6 +223,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return _completion(parser, args.shell)
     path = getattr(args, "path", None) or getattr(args, "src", None)
     if path is not None:
+        try:  # a TF1 checkpoint directory, or its state file: the latest checkpoint
+            path = tf1_state.resolve(path)
+        except (OSError, FormatError) as err:
+            return _fail(_one_line(err))
+        args.__dict__["path" if getattr(args, "path", None) else "src"] = path
         problem = _source_problem(path)
         if problem is not None:
             return _fail(problem)
@@ -310,7 +316,10 @@ def _source_problem(path: str) -> str | None:
     if os.path.islink(path) and not os.path.exists(path):
         return f"{path}: a symbolic link to a missing {os.readlink(path)}; fix the link."
     if not os.path.exists(path):
-        return f"{path}: no such file (a TF1 checkpoint is named by its prefix, without .index)."
+        if registry.reader_for_name(path) is not None or path.endswith(".index"):
+            return f"{path}: no such file; check the path."
+        # A name of no format's extension may be a TF1 prefix: neither file is there.
+        return f"{path}: no such file, nor a TF1 checkpoint {path}.index; check the path."
     return f"{path}: not a regular file; give a checkpoint or model file, or a TF1 prefix."
 
 

@@ -30,6 +30,7 @@ from cudnn_rnn.io.files import Claims
 from cudnn_rnn.io.files.escaping import clip, escape, quote
 from cudnn_rnn.io.found import FoundRNN
 from cudnn_rnn.io.once import once, one_operation
+from cudnn_rnn.io.tf1 import state as tf1_state
 from cudnn_rnn.io.torch import file as torch_file
 
 __all__ = ["Looked", "find_rnns", "looked_at", "unread_groups"]
@@ -47,7 +48,7 @@ def find_rnns(
     takes the same ones; an option the reader of the file does not take raises
     :class:`~cudnn_rnn.converters.options.OptionError` (options that change only the values
     read, ``forget_bias``, ``cell_clip``, ``proj_clip``, change nothing listed)."""
-    path = os.fspath(path)
+    path = tf1_state.resolve(path)  # a TF1 checkpoint directory: its latest checkpoint
     with one_operation():
         reader = reader_of(path)
         check_options(
@@ -106,7 +107,7 @@ def _find_keras3(
 #: Each format of the registry -> what lists the RNNs of its files.
 _FINDERS: dict[str, Callable[[str, str, str | None, dict[str, Any]], list[FoundRNN]]] = {
     "safetensors": _find_checkpoint,
-    "tf": _find_checkpoint,
+    "tf1": _find_checkpoint,
     "onnx": _find_onnx,
     "torch": _find_torch,
     "keras_h5": _find_keras_h5,
@@ -157,7 +158,7 @@ def _found_model(index: int, config: dict[str, Any], kind: str) -> FoundRNN:
 def _standard_cells(reader: str, claims: Claims, kind: str) -> list[FoundRNN]:
     """The RNNs of TF's standard cells a TF1 checkpoint holds (LSTMCell, MultiRNNCell stacks,
     bidirectional pairs...: :mod:`cudnn_rnn.io.tf1.cells`); none in other formats."""
-    if reader != "tf":
+    if reader != "tf1":
         return []
     from cudnn_rnn.io.tf1 import cells
 
@@ -204,7 +205,7 @@ _LOOKED_FOR = {
         "no tensors named as our checkpoints name a model, nor as a torch.nn LSTM, GRU or RNN "
         "names its own (weight_ih_l0, weight_hh_l0...)",
     ),
-    "tf": (
+    "tf1": (
         "a TF1 checkpoint",
         "no tensors named as tf.contrib.cudnn_rnn's saveables or TF's standard RNN cells name "
         f"theirs (.../{tf_names.LSTM_CELL}/{tf_names.KERNEL}, .../lstm_cell/{tf_names.KERNEL}...)",
@@ -280,7 +281,7 @@ def unread_groups(path: str) -> list[str]:
     """The groups of a checkpoint's names not understood as a model (what they lack), for
     ``cudnn-rnn inspect``; empty for other formats and for files whose metadata says it."""
     reader = reader_of(path)
-    if reader not in ("tf", "safetensors") or (reader == "safetensors" and _described(path)):
+    if reader not in ("tf1", "safetensors") or (reader == "safetensors" and _described(path)):
         return []
     shapes = {n: s for n, (s, _) in _claims(path).items()}
     return detect_models_and_skipped(shapes)[1]

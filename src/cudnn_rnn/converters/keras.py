@@ -21,6 +21,8 @@ when a function here runs. Keras's weight layout (blocks of gates, orientation, 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +35,7 @@ from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.layout import INPUT, INPUT_BIAS, RECURRENT, RECURRENT_BIAS
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.core.variant import CUDNN, Activation, Variant
+from cudnn_rnn.io.files.escaping import first_line
 from cudnn_rnn.io.gate_blocks import BlockKey, stack_gates
 from cudnn_rnn.io.keras.layout import canonical_of_blocks, keras_blocks
 from cudnn_rnn.io.keras.variants import Dialect, judge, keras_names, merged
@@ -44,11 +47,32 @@ __all__ = ["from_keras", "layer_of_blocks", "layer_of_canonical", "to_keras"]
 def _keras() -> Any:
     try:
         import keras
-    except ImportError as err:  # pragma: no cover - exercised only without keras
-        raise ImportError(
-            "cudnn_rnn.convert: Keras conversion needs keras 3 (pip install keras)."
-        ) from err
+    except ImportError as err:
+        raise ImportError(_why_no_keras(err)) from err
     return keras
+
+
+def _why_no_keras(err: ImportError) -> str:
+    """What is missing where ``import keras`` failed with ``err``: keras itself, or (keras is
+    installed) the backend it was asked to run on, whose module is not installed."""
+    missing = (err.name or "").partition(".")[0]
+    if missing == "keras" or importlib.util.find_spec("keras") is None:
+        return (
+            "cudnn_rnn.convert: Keras conversion needs keras 3 (pip install keras, or "
+            "pip install '.[keras]' in a clone of cudnn-rnn)."
+        )
+    asked = os.environ.get("KERAS_BACKEND")
+    backend = (
+        f"KERAS_BACKEND={asked}"
+        if asked
+        else "its default backend, tensorflow, or the one ~/.keras/keras.json names"
+    )
+    return (
+        f"cudnn_rnn.convert: keras is installed, but cannot be imported: it runs on {backend}, "
+        f"and {missing or 'a module it needs'} is not installed ({first_line(err)}). Keras 3 "
+        "runs on torch: set KERAS_BACKEND=torch before keras is first imported (in the shell, "
+        f"or os.environ['KERAS_BACKEND'] = 'torch'), or install {missing or 'that backend'}."
+    )
 
 
 def _math_of(keras: Any, layer: Any, backward: bool | None) -> tuple[str, Variant]:

@@ -63,6 +63,7 @@ from cudnn_rnn.io.files import Claims, escaping
 from cudnn_rnn.io.files.escaping import clip, first_line, quote
 from cudnn_rnn.io.found import FoundRNN, ReadRNN
 from cudnn_rnn.io.once import one_operation
+from cudnn_rnn.io.tf1 import state as tf1_state
 from cudnn_rnn.io.torch import file as torch_file
 from cudnn_rnn.layers import LAYER_CLASSES, _CudnnRNN
 from cudnn_rnn.saveable.saveables import (
@@ -117,6 +118,7 @@ class Contents:
 def contents(path: str, activation: str | None = None) -> Contents:
     """The tensors of ``path`` and the models they describe (what ``cudnn-rnn inspect`` shows);
     ``activation`` as in :func:`load_layer`."""
+    path = tf1_state.resolve(path)
     reader = reader_of(path)
     shapes = tensor_shapes(path, reader)
     skipped: list[str] = []
@@ -163,6 +165,7 @@ def load_layer(
     (:data:`cudnn_rnn.converters.options._OPTIONS`; one at its default asks for nothing) raises
     :class:`OptionError`, in ``spelling``'s words.
     """
+    path = tf1_state.resolve(path)  # a TF1 checkpoint directory: its latest checkpoint
     with one_operation():
         call = "cudnn_rnn.load" if spelling == PYTHON else "load_layer"
         clips = {"cell_clip": cell_clip, "proj_clip": proj_clip}
@@ -271,7 +274,7 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
     # Checked against the header or index, and the file must hold every byte, before anything
     # is built. A safetensors file is read here; a TF1 checkpoint by restore (once) below.
     tensors: dict[str, torch.Tensor] = {}
-    if reader == "tf":
+    if reader == "tf1":
         checkpoint.check_expected(path, expected)
     else:
         # The file's other models' tensors are expected there when one model is picked.
@@ -289,7 +292,7 @@ def _load_checkpoint(ask: _Request) -> _CudnnRNN:
         dtype=_file_dtype(claims, expected),
         **kwargs,
     )
-    if reader == "tf":
+    if reader == "tf1":
         # restore also reads what only it reads: a TF1 training checkpoint's opaque kernel
         # (both biases of every gate exact).
         try:
@@ -348,7 +351,7 @@ def _built(read: ReadRNN, note: Callable[[str], None] | None, path: str) -> _Cud
 #: Each format of the registry -> what loads one RNN of its files as our layer.
 _LOADERS: dict[str, Callable[[_Request], _CudnnRNN]] = {
     "safetensors": _load_checkpoint,
-    "tf": _load_checkpoint,
+    "tf1": _load_checkpoint,
     "onnx": _load_onnx,
     "torch": _load_torch,
     "keras_h5": _load_keras_h5,
@@ -408,7 +411,7 @@ def _only_one(path: str, found: list[FoundRNN], spelling: Spelling) -> str | Non
         return found[0].name  # not computable: its reader says why, in its own words
     if not found:
         return None
-    shown = escaping.names([f.name for f in (computable or found)])  # (a module at the top is '')
+    shown = escaping.names([f.name for f in (computable or found)])
     if not computable:
         raise UsageError(
             f"{path}: holds no RNN that we compute ({shown}; {spelling.lister} says why)."
@@ -508,9 +511,10 @@ def load(
     """One RNN of a file, whatever its format, as our layer (``cudnn_rnn.load``).
 
     ``path`` is any file :func:`find_rnns` reads: our safetensors checkpoints, TF1 checkpoints
-    (a ``PREFIX``), ONNX models, torch files (``torch.save`` state_dicts and models), Keras 2
-    ``.h5`` files; the format is told by the content. ``name`` picks one of the RNNs
-    :func:`cudnn_rnn.find_rnns` lists (its ``name``); it is needed only where the file holds
+    (a ``PREFIX``; a checkpoint directory, or its ``checkpoint`` file, means the latest one, as
+    ``tf.train.latest_checkpoint``), ONNX models, torch files (``torch.save`` state_dicts and
+    models), Keras 2 ``.h5`` files; the format is told by the content. ``name`` picks one of the
+    RNNs :func:`cudnn_rnn.find_rnns` lists (its ``name``); it is needed only where the file holds
     several that cuDNN's math computes, and the refusal then lists them.
     ``activation`` (``"tanh"``/``"relu"``) says what a plain RNN's file does not record (a TF1
     checkpoint of TF's standard cells: the cells' ``activation``, any name of
@@ -539,8 +543,8 @@ def load(
     >>> import tempfile, os, torch, cudnn_rnn
     >>> folder = tempfile.mkdtemp()
     >>> torch.save(torch.nn.GRU(3, 4).state_dict(), os.path.join(folder, "gru.pt"))
-    >>> [r.name for r in cudnn_rnn.find_rnns(os.path.join(folder, "gru.pt"))]
-    ['']
+    >>> [r.name for r in cudnn_rnn.find_rnns(os.path.join(folder, "gru.pt"))]  # the top level
+    ['.']
     >>> cudnn_rnn.load(os.path.join(folder, "gru.pt")).num_units
     4
     """

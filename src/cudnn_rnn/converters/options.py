@@ -59,7 +59,7 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "safetensors": ("activation",),
     # TF's standard cells: none is stored (the activation: any of ours for those cells, tanh or
     # relu for a cuDNN model's BasicRNNCell names).
-    "tf": ("activation", "forget_bias", "cell_clip", "proj_clip"),
+    "tf1": ("activation", "forget_bias", "cell_clip", "proj_clip"),
     "onnx": (),  # the file records every activation; nothing else to choose
     "torch": ("activation",),
     "keras_h5": (

@@ -3,7 +3,7 @@
 to the same reader and names its tensors the same way.
 
 The kind is sniffed (:func:`cudnn_rnn.io.files.sniff`, refined by
-:func:`cudnn_rnn.io.registry.refine_kind`) and looked up in the one table of formats
+:func:`kind_of`) and looked up in the one table of formats
 (:data:`cudnn_rnn.io.registry.FORMATS`):
 
 =====================================  =======================================================
@@ -12,7 +12,7 @@ content                                reader
 safetensors                            ``safetensors``: our checkpoints
                                        (:mod:`cudnn_rnn.checkpoint`); a torch state_dict saved
                                        as safetensors
-TF1 checkpoint (``PREFIX.index``)      ``tf``: CudnnLSTM-style canonical and opaque models
+TF1 checkpoint (``PREFIX.index``)      ``tf1``: CudnnLSTM-style canonical and opaque models
                                        (:mod:`cudnn_rnn.checkpoint`), TF's standard cells
                                        (:mod:`cudnn_rnn.io.tf1.cells`)
 ONNX protobuf                          ``onnx``: :mod:`cudnn_rnn.converters.onnx`
@@ -40,7 +40,7 @@ from cudnn_rnn import checkpoint
 from cudnn_rnn.io import registry
 from cudnn_rnn.io.files import Claims
 from cudnn_rnn.io.files.opening import FormatError
-from cudnn_rnn.io.files.sniffing import KINDS, TF1, sniff
+from cudnn_rnn.io.files.sniffing import KINDS, TF1, ZIP, sniff
 from cudnn_rnn.io.once import once
 from cudnn_rnn.io.torch import file as torch_file
 
@@ -61,9 +61,19 @@ _TITLES = {f.name: f.title.split(" (")[0] for f in registry.FORMATS}
 def kind_of(path: str) -> str:
     """The kind of ``path`` by its content (a family refined: a Keras 3 zip), sniffed once per
     operation."""
-    return once(  # type: ignore[no-any-return]
-        "sniff", path, lambda: registry.refine_kind(sniff(path), path)
-    )
+    return once("sniff", path, lambda: _refined(sniff(path), path))  # type: ignore[no-any-return]
+
+
+def _refined(kind: str, path: str) -> str:
+    """The kind of ``path`` where :func:`cudnn_rnn.io.files.sniff`'s ``kind`` is a family: a zip
+    holding a Keras 3 model's ``config.json`` and ``model.weights.h5`` is
+    :data:`cudnn_rnn.io.registry.KERAS3`."""
+    if kind == ZIP:
+        from cudnn_rnn.io.keras import keras3
+
+        if keras3.is_keras3(path):
+            return registry.KERAS3
+    return kind
 
 
 def _claims(path: str) -> Claims:
@@ -91,7 +101,7 @@ def reader_of(path: str) -> str:
     if kind in registry.NOT_READ:
         raise UnsupportedFormat(f"{path}: {KINDS[kind]}; {registry.NOT_READ[kind]}.")
     if checkpoint.is_tf_checkpoint(path):
-        return "tf"
+        return "tf1"
     by_name = registry.reader_for_name(path)
     if by_name is None:
         raise UnsupportedFormat(
@@ -108,7 +118,7 @@ def tensor_shapes(path: str, reader: str) -> dict[str, tuple[tuple[int, ...], st
     the initializers' headers (ONNX), the datasets' descriptions (Keras .h5), the members'
     headers (TorchScript, ``.npz``); a torch.save file is loaded whole (``weights_only``).
     """
-    if reader in ("tf", "safetensors"):
+    if reader in ("tf1", "safetensors"):
         return dict(_claims(path))
     if reader == "keras_h5":
         from cudnn_rnn.io.keras.h5 import keras_h5_weights

@@ -82,9 +82,12 @@ from cudnn_rnn.io.files.escaping import names as quoted_names
 from cudnn_rnn.io.gate_blocks import BlockKey, stack_gates, unstack_gates
 from cudnn_rnn.io.torch import file as torch_file
 from cudnn_rnn.io.torch.state import (
+    TOP,
     TORCH_NAMES,
     find_groups,
+    name_of,
     plain_mode,
+    prefix_of,
     select,
     torch_name,
     torch_state_shapes,
@@ -205,7 +208,7 @@ def from_torch(
     * a module holding one of those (``prefix`` names it, e.g. ``"encoder.rnn"``, when it holds
       several);
     * a state_dict (nested dicts flattened with dots), whose RNN or cell sits at ``prefix``
-      (``""`` for the top level; needed when it holds several);
+      (``"."``, or ``""``, for the top level; needed when it holds several);
     * the path of a file holding one: a torch.save file (a Lightning checkpoint and a pickled
       module too), a plain pickle, a TorchScript archive (none of them imports or runs anything
       of the file's), or a safetensors or ``.npz`` file of torch names; ``prefix`` is the name
@@ -229,7 +232,7 @@ def from_torch(
     input_mode = check_input_mode(owner, input_mode)
     if isinstance(source, nn.Module):
         module = source if isinstance(source, _RNN_TYPES) else _submodule(source, prefix, owner)
-        if module is source and prefix not in (None, ""):
+        if module is source and prefix not in (None, "", TOP):
             raise ValueError(
                 f"{owner}: prefix={quote(prefix)} picks an RNN inside a module or a state_dict; "
                 f"{type(source).__name__} is one itself, so leave prefix out."
@@ -251,7 +254,7 @@ def from_torch(
 def _submodule(module: nn.Module, prefix: str | None, owner: str) -> nn.Module:
     """The RNN or cell at ``prefix`` of ``module`` (the only one when None)."""
     found = {n: m for n, m in module.named_modules() if isinstance(m, _RNN_TYPES)}
-    names = quoted_names(list(found), 8)
+    names = quoted_names([name_of(n) for n in found], 8)
     if prefix is None:
         if len(found) == 1:
             return next(iter(found.values()))
@@ -263,6 +266,7 @@ def _submodule(module: nn.Module, prefix: str | None, owner: str) -> nn.Module:
                 else "no torch.nn LSTM, GRU, RNN or RNN cell."
             )
         )
+    prefix = prefix if prefix in found else prefix_of(prefix)  # TOP: the top level
     if prefix not in found:
         there = f"it holds {names}" if found else "it holds none"
         raise ValueError(

@@ -33,12 +33,20 @@ A = TypeVar("A")
 
 
 def permute_gates(
-    array: A, src_order: tuple[str, ...], dst_order: tuple[str, ...], axis: int = 0
+    array: A,
+    src_order: tuple[str, ...],
+    dst_order: tuple[str, ...],
+    axis: int = 0,
+    *,
+    length: int | None = None,
 ) -> A:
     """Reorder the gate blocks of ``array`` along ``axis`` from ``src_order`` to ``dst_order``.
 
     ``array`` is a NumPy array or a torch tensor whose length along ``axis`` is
     ``len(src_order) * block``. Works by integer indexing, so autograd flows through it.
+    ``length`` is that length where the caller knows it (the layout's): under
+    ``torch.jit.trace`` a tensor's sizes are tensors, and reading one as an int would fix it
+    in the trace (a ``TracerWarning``), though the weights' sizes are constants anyway.
 
     >>> import numpy as np
     >>> permute_gates(np.arange(4), ("i", "f", "c", "o"), ("i", "c", "f", "o")).tolist()
@@ -50,7 +58,7 @@ def permute_gates(
             "once each."
         )
     arr: Any = array
-    length = int(arr.shape[axis])
+    length = int(arr.shape[axis]) if length is None else length
     if length % len(src_order):
         raise ValueError(
             f"permute_gates: axis {axis} has length {length}, not a multiple of "

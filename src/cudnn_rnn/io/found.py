@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudnn_rnn.io import registry
 from cudnn_rnn.io.files.escaping import escape, quote
 
 __all__ = ["FoundRNN", "ReadRNN"]
@@ -28,7 +29,10 @@ class FoundRNN:
 
     name: str  # what the format's loader takes to pick it (node=, prefix=, layer=, model=)
     where: str  # its place in words: "node 'lstm_1' in If 'cond' > then_branch", ...
-    format: str  # the file's kind (cudnn_rnn.io.files.KINDS)
+    #: The file's format, by the one name the registry gives it (cudnn_rnn.io.registry.FORMATS:
+    #: safetensors, tf1, onnx, torch, keras_h5, keras3); a reader may give the kind it sniffed
+    #: (cudnn_rnn.io.files.KINDS: hdf5, torch_zip, ...), which is recorded as its format's name.
+    format: str
     mode: str | None  # "lstm", "gru", "rnn_tanh", "rnn_relu"; None when cuDNN has no such mode
     num_layers: int | None = None
     num_units: int | None = None
@@ -44,6 +48,9 @@ class FoundRNN:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        # One name per format (inspect's, convert --format's, the docs'), whichever kind of
+        # file of it the reader saw.
+        object.__setattr__(self, "format", registry.reader_for_kind(self.format) or self.format)
         if self.computable == bool(self.reasons):
             raise ValueError(
                 f"FoundRNN {self.name!r}: computable={self.computable} with reasons "

@@ -44,11 +44,12 @@ __all__ = [
     "Format",
     "reader_for_kind",
     "reader_for_name",
-    "refine_kind",
 ]
 
 
-#: The kind of a Keras 3 archive, which :func:`refine_kind` tells among zips.
+#: The kind of a Keras 3 archive, which :func:`cudnn_rnn.converters.readers.kind_of` tells
+#: among zips (this table imports no reader: :class:`cudnn_rnn.io.found.FoundRNN` names a
+#: format by it).
 KERAS3 = "keras3"
 
 
@@ -65,7 +66,7 @@ class Format:
 #: Every format read, in the order help lists them.
 FORMATS: tuple[Format, ...] = (
     Format("safetensors", "our .safetensors checkpoints", (SAFETENSORS,), (".safetensors",)),
-    Format("tf", "TF1 checkpoints (PREFIX or PREFIX.index)", (TF1,)),
+    Format("tf1", "TF1 checkpoints (PREFIX or PREFIX.index)", (TF1,)),
     Format("onnx", "ONNX models", (ONNX,), (".onnx",)),
     Format(
         "torch",
@@ -76,7 +77,7 @@ FORMATS: tuple[Format, ...] = (
     ),
     Format("keras_h5", "Keras 2 .h5 files", (HDF5,), (".h5", ".hdf5")),
     # A zip holding config.json and model.weights.h5 (files.sniff says "zip"; the reader's
-    # is_keras3 tells it: see refine_kind).
+    # is_keras3 tells it: see cudnn_rnn.converters.readers.kind_of).
     Format("keras3", "Keras 3 .keras files", (KERAS3,), (".keras",)),
 )
 
@@ -88,18 +89,6 @@ READ = "; ".join(f.title for f in FORMATS)
 
 _BY_KIND = {kind: f.name for f in FORMATS for kind in f.kinds}
 _BY_EXTENSION = {ext: f.name for f in FORMATS for ext in f.extensions}
-
-
-def refine_kind(kind: str, path: str) -> str:
-    """The kind of ``path`` where :func:`cudnn_rnn.io.files.sniff`'s ``kind`` is a family:
-    a zip holding a Keras 3 model's ``config.json`` and ``model.weights.h5`` is
-    :data:`KERAS3`."""
-    if kind == ZIP:
-        from cudnn_rnn.io.keras import keras3
-
-        if keras3.is_keras3(path):
-            return KERAS3
-    return kind
 
 
 def reader_for_kind(kind: str) -> str | None:

@@ -13,6 +13,7 @@ per parameter. Blocks no parameter owns (the biases of ``bias=False``) stay zero
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -168,7 +169,9 @@ def concatenated(params: Sequence[Tensor], layout: Layout, where: Sequence[Block
         if b.offset > at:
             pieces.append(first.new_zeros(b.offset - at))
         pieces.append(p.reshape(-1))
-        at = b.offset + p.numel()
+        # The block's size from the layout: under torch.jit.trace p.numel() is a tensor, and
+        # comparing it would fix the sizes in the trace (a TracerWarning); they are constants.
+        at = b.offset + math.prod(b.shape)
     if at < layout.size:
         pieces.append(first.new_zeros(layout.size - at))
     return torch.cat(pieces)

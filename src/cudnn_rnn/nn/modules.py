@@ -282,8 +282,11 @@ class _Fused(tnn.Module):
             if input.dim() not in (2, 3):
                 raise ValueError(_NOT_2D_3D[self.mode].format(input.dim()))
             is_batched = input.dim() == 3
-            # (no time steps: torch.nn's kernel says so, after its Python checks; so do we)
-            no_steps = input.size(1 if self.batch_first and is_batched else 0) == 0
+            # (no time steps: torch.nn's kernel says so, after its Python checks; so do we.
+            # Not while torch.jit.trace records: its sizes are tensors, and testing one would fix
+            # the length in the trace, a TracerWarning; no trace of no steps is made anyway.)
+            steps_at = 1 if self.batch_first and is_batched else 0
+            no_steps = not _flat.traced() and input.size(steps_at) == 0
             shape_as_given = tuple(input.shape)
             if hx is not None:
                 _check_hx_dims(hx, lstm, is_batched)
@@ -385,8 +388,64 @@ def _check_hx_dims(hx: Any, lstm: bool, is_batched: bool) -> None:
 
 
 class LSTM(_Fused):
-    """torch.nn.LSTM (its arguments, parameters, state_dict and results) on our operator: see
-    the module docstring.
+    """``torch.nn.LSTM`` on our operator: its arguments, parameters, ``state_dict`` and results.
+
+    A multi-layer LSTM over an input sequence. Each layer computes, at each step ``t`` (cuDNN's
+    equations, which are torch.nn's: they differ from ``torch.nn.LSTM`` nowhere)::
+
+        i_t = sigmoid(W_ii x_t + b_ii + W_hi h_(t-1) + b_hi)
+        f_t = sigmoid(W_if x_t + b_if + W_hf h_(t-1) + b_hf)
+        g_t = tanh(W_ig x_t + b_ig + W_hg h_(t-1) + b_hg)
+        o_t = sigmoid(W_io x_t + b_io + W_ho h_(t-1) + b_ho)
+        c_t = f_t * c_(t-1) + i_t * g_t
+        h_t = o_t * tanh(c_t)                  (proj_size > 0: h_t = W_hr (o_t * tanh(c_t)))
+
+    ``*`` is the elementwise product; the input ``x_t`` of layer ``k > 0`` is the output ``h_t``
+    of layer ``k - 1`` (with dropout in training, when ``dropout > 0``). See the module for
+    what runs underneath.
+
+    Inputs:
+        ``input, (h_0, c_0)``, and our keyword ``sequence_lengths``:
+
+        * ``input``: ``(L, N, H_in)``, ``(N, L, H_in)`` with ``batch_first=True``, or
+          ``(L, H_in)`` unbatched; or a ``PackedSequence``.
+        * ``h_0``: ``(D * num_layers, N, H_out)`` (``(D * num_layers, H_out)`` unbatched).
+          Default: zeros.
+        * ``c_0``: ``(D * num_layers, N, H_cell)`` (``(D * num_layers, H_cell)`` unbatched).
+          Default: zeros.
+        * ``sequence_lengths``: ``(N,)`` ints in ``[1, L]``, each padded sequence's length
+          (ours; torch.nn has a ``PackedSequence`` for it). Default None: all of length ``L``.
+
+        ``N`` is the batch size, ``L`` the sequence length, ``D`` 2 if ``bidirectional`` else
+        1, ``H_in = input_size``, ``H_cell = hidden_size``, ``H_out = proj_size`` if
+        ``proj_size > 0`` else ``hidden_size``.
+
+    Outputs:
+        ``output, (h_n, c_n)``:
+
+        * ``output``: ``(L, N, D * H_out)`` (``(N, L, D * H_out)`` with ``batch_first=True``,
+          ``(L, D * H_out)`` unbatched): ``h_t`` of the last layer at each step, the forward
+          direction's then the reverse's; a ``PackedSequence`` if the input was one.
+        * ``h_n``: ``(D * num_layers, N, H_out)``, the final hidden state of each layer and
+          direction (index ``layer * D + direction``).
+        * ``c_n``: ``(D * num_layers, N, H_cell)``, the final cell state.
+
+    Attributes:
+        weight_ih_l0: layer 0's input-hidden weights ``W_ii|W_if|W_ig|W_io``,
+            ``(4 * hidden_size, input_size)``; ``weight_ih_l{k}``, of layer ``k > 0``, is
+            ``(4 * hidden_size, D * H_out)``.
+        weight_hh_l0: the hidden-hidden weights ``W_hi|W_hf|W_hg|W_ho``,
+            ``(4 * hidden_size, H_out)`` (``weight_hh_l{k}`` for layer ``k``).
+        bias_ih_l0: the input-hidden bias ``b_ii|b_if|b_ig|b_io``, ``(4 * hidden_size,)``
+            (``bias_ih_l{k}``; absent with ``bias=False``).
+        bias_hh_l0: the hidden-hidden bias ``b_hi|b_hf|b_hg|b_ho``, ``(4 * hidden_size,)``.
+        weight_hr_l0: the projection ``W_hr``, ``(proj_size, hidden_size)``; only with
+            ``proj_size > 0``. Each name with ``_reverse`` is the reverse direction's
+            (``bidirectional=True``). All are views into one buffer, initialised from
+            ``U(-sqrt(1 / hidden_size), sqrt(1 / hidden_size))`` as torch.nn's.
+        all_weights: the parameters, per layer and direction, as torch.nn lists them.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> lstm = cudnn_rnn.nn.LSTM(10, 20, num_layers=2)
@@ -402,7 +461,56 @@ class LSTM(_Fused):
 
 
 class GRU(_Fused):
-    """torch.nn.GRU on our operator (see the module docstring); cuDNN's GRU is torch's.
+    """``torch.nn.GRU`` on our operator: its arguments, parameters, ``state_dict`` and results.
+
+    A multi-layer GRU over an input sequence. Each layer computes, at each step ``t`` (cuDNN's
+    equations, which are torch.nn's: the reset gate ``r_t`` is applied after the recurrent
+    product, so they differ from ``torch.nn.GRU`` nowhere; TF's ``GRUCell`` applies it
+    before)::
+
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr h_(t-1) + b_hr)
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz h_(t-1) + b_hz)
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_(t-1) + b_hn))
+        h_t = (1 - z_t) * n_t + z_t * h_(t-1)
+
+    ``*`` is the elementwise product; the input ``x_t`` of layer ``k > 0`` is the output ``h_t``
+    of layer ``k - 1`` (with dropout in training, when ``dropout > 0``).
+
+    Inputs:
+        ``input, h_0``, and our keyword ``sequence_lengths``:
+
+        * ``input``: ``(L, N, H_in)``, ``(N, L, H_in)`` with ``batch_first=True``, or
+          ``(L, H_in)`` unbatched; or a ``PackedSequence``.
+        * ``h_0``: ``(D * num_layers, N, H_out)`` (``(D * num_layers, H_out)`` unbatched).
+          Default: zeros.
+        * ``sequence_lengths``: ``(N,)`` ints in ``[1, L]``, each padded sequence's length
+          (ours). Default None: all of length ``L``.
+
+        ``N`` is the batch size, ``L`` the sequence length, ``D`` 2 if ``bidirectional`` else
+        1, ``H_in = input_size``, ``H_out = hidden_size``.
+
+    Outputs:
+        ``output, h_n``:
+
+        * ``output``: ``(L, N, D * H_out)`` (``(N, L, D * H_out)`` with ``batch_first=True``,
+          ``(L, D * H_out)`` unbatched): ``h_t`` of the last layer at each step; a
+          ``PackedSequence`` if the input was one.
+        * ``h_n``: ``(D * num_layers, N, H_out)``, the final hidden state of each layer and
+          direction (index ``layer * D + direction``).
+
+    Attributes:
+        weight_ih_l0: layer 0's input-hidden weights ``W_ir|W_iz|W_in``,
+            ``(3 * hidden_size, input_size)``; ``weight_ih_l{k}``, of layer ``k > 0``, is
+            ``(3 * hidden_size, D * hidden_size)``.
+        weight_hh_l0: the hidden-hidden weights ``W_hr|W_hz|W_hn``,
+            ``(3 * hidden_size, hidden_size)``.
+        bias_ih_l0: the input-hidden bias ``b_ir|b_iz|b_in``, ``(3 * hidden_size,)``.
+        bias_hh_l0: the hidden-hidden bias ``b_hr|b_hz|b_hn``, ``(3 * hidden_size,)``. Each
+            name with ``_reverse`` is the reverse direction's; all are views into one buffer,
+            initialised as torch.nn's.
+        all_weights: the parameters, per layer and direction, as torch.nn lists them.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> out, h = cudnn_rnn.nn.GRU(10, 20, batch_first=True)(torch.randn(3, 5, 10))
@@ -414,8 +522,50 @@ class GRU(_Fused):
 
 
 class RNN(_Fused):
-    """torch.nn.RNN (``nonlinearity="tanh"`` or ``"relu"``) on our operator (see the module
-    docstring).
+    """``torch.nn.RNN`` on our operator: its arguments, parameters, ``state_dict`` and results.
+
+    A multi-layer Elman RNN over an input sequence. Each layer computes, at each step ``t``
+    (cuDNN's ``rnn_tanh`` and ``rnn_relu``, which are torch.nn's: they differ from
+    ``torch.nn.RNN`` nowhere)::
+
+        h_t = tanh(W_ih x_t + b_ih + W_hh h_(t-1) + b_hh)     (nonlinearity="relu": relu)
+
+    The input ``x_t`` of layer ``k > 0`` is the output ``h_t`` of layer ``k - 1`` (with dropout
+    in training, when ``dropout > 0``).
+
+    Inputs:
+        ``input, h_0``, and our keyword ``sequence_lengths``:
+
+        * ``input``: ``(L, N, H_in)``, ``(N, L, H_in)`` with ``batch_first=True``, or
+          ``(L, H_in)`` unbatched; or a ``PackedSequence``.
+        * ``h_0``: ``(D * num_layers, N, H_out)`` (``(D * num_layers, H_out)`` unbatched).
+          Default: zeros.
+        * ``sequence_lengths``: ``(N,)`` ints in ``[1, L]``, each padded sequence's length
+          (ours). Default None: all of length ``L``.
+
+        ``N`` is the batch size, ``L`` the sequence length, ``D`` 2 if ``bidirectional`` else
+        1, ``H_in = input_size``, ``H_out = hidden_size``.
+
+    Outputs:
+        ``output, h_n``:
+
+        * ``output``: ``(L, N, D * H_out)`` (``(N, L, D * H_out)`` with ``batch_first=True``,
+          ``(L, D * H_out)`` unbatched): ``h_t`` of the last layer at each step; a
+          ``PackedSequence`` if the input was one.
+        * ``h_n``: ``(D * num_layers, N, H_out)``, the final hidden state of each layer and
+          direction (index ``layer * D + direction``).
+
+    Attributes:
+        weight_ih_l0: layer 0's input-hidden weights, ``(hidden_size, input_size)``;
+            ``weight_ih_l{k}``, of layer ``k > 0``, is ``(hidden_size, D * hidden_size)``.
+        weight_hh_l0: the hidden-hidden weights, ``(hidden_size, hidden_size)``.
+        bias_ih_l0: the input-hidden bias, ``(hidden_size,)``.
+        bias_hh_l0: the hidden-hidden bias, ``(hidden_size,)``. Each name with ``_reverse``
+            is the reverse direction's; all are views into one buffer, initialised as
+            torch.nn's.
+        all_weights: the parameters, per layer and direction, as torch.nn lists them.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> out, h = cudnn_rnn.nn.RNN(4, 6, nonlinearity="relu")(torch.randn(7, 4))  # unbatched

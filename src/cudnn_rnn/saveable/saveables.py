@@ -288,8 +288,8 @@ class CudnnOpaqueParamsSaveable(SpecProperties):
         given = list(_check_sequence(owner, "restored_tensors", restored_tensors))
         if len(given) != len(self._entries):
             raise ValueError(
-                f"{owner}: expected {len(self._entries)} restored tensors (the names of "
-                f"_tf_canonical_names()) for {_describe(self._spec)}, got {len(given)}."
+                f"{owner}: expected {len(self._entries)} restored tensors (one per entry of "
+                f"specs, in that order) for {_describe(self._spec)}, got {len(given)}."
             )
         opaque = self._opaque
         tensors = [

@@ -52,8 +52,8 @@ def _weights_root(h5: _File) -> _Node:
     if _attribute(h5, root, "layer_names") is _MISSING:
         raise KerasH5Error(
             f"{h5.who} is not a Keras 2 model or weights file (no 'layer_names'); a "
-            "Keras 3 .keras file is read by cudnn_rnn.io.keras.keras3, and a Keras 3 "
-            ".weights.h5 alone records no layers: load it in Keras 3 and use "
+            "Keras 3 .keras file is read by cudnn_rnn.load and cudnn_rnn.find_rnns, and a "
+            "Keras 3 .weights.h5 alone records no layers: load it in Keras 3 and use "
             "cudnn_rnn.convert.from_keras."
         )
     return root

@@ -112,7 +112,8 @@ __all__ = [
     "read",
 ]
 
-OWNER = "from_keras3"
+#: How messages name the reader: by its format's name (the registry's), as ``inspect`` does.
+OWNER = "keras3"
 #: The kind of file :func:`is_keras3` tells (``FoundRNN.format``).
 KIND = "keras3"
 CONFIG = "config.json"

@@ -169,7 +169,8 @@ def onnx_weights(spec: RNNSpec, params: Tensor) -> list[tuple[Tensor, Tensor, Te
     d = spec.num_dirs
 
     def gates(block: Block) -> Tensor:
-        return permute_gates(block_view(params, block), ours, onnx_order)
+        # The block's length from the layout, not the (traced) tensor's: see permute_gates.
+        return permute_gates(block_view(params, block), ours, onnx_order, length=block.shape[0])
 
     out = []
     for layer in range(spec.num_layers):

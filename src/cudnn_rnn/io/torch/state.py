@@ -60,6 +60,7 @@ from cudnn_rnn.io.found import FoundRNN
 
 __all__ = [
     "FLOATING",
+    "TOP",
     "TORCH_NAMES",
     "StateGroup",
     "TorchFileError",
@@ -70,6 +71,22 @@ __all__ = [
     "torch_name",
     "torch_state_shapes",
 ]
+
+
+#: The name of an RNN at the top level of a state_dict or module (prefix ``""``), which
+#: ``find_rnns`` lists and ``load(name=)``, ``--model`` and ``from_torch(prefix=)`` take (so do
+#: they ``""``): one that can be typed, and no torch module's name (those hold no dot).
+TOP = "."
+
+
+def name_of(prefix: str) -> str:
+    """What a group at ``prefix`` is called (:data:`TOP` at the top level)."""
+    return prefix or TOP
+
+
+def prefix_of(name: str) -> str:
+    """The prefix a name given by a user picks (:data:`TOP`: the top level)."""
+    return "" if name == TOP else name
 
 
 class TorchFileError(FormatError):
@@ -378,7 +395,7 @@ def select(
     """The group at ``prefix`` (the only one when None), or ``error`` (a ValueError) that lists
     the groups there are; ``where`` names the source (``"the state_dict"``, a file), ``holds``
     what it holds instead, in words (a refusal of a source with no RNN says it)."""
-    names = [quote(g.prefix) for g in groups]
+    names = [quote(name_of(g.prefix)) for g in groups]
     if prefix is None:
         if len(groups) == 1:
             return groups[0]
@@ -394,7 +411,9 @@ def select(
         )
     if not isinstance(prefix, str):
         raise TypeError(f"{owner}: prefix must be a str or None, got {type(prefix).__name__}.")
-    chosen = [g for g in groups if g.prefix == prefix]
+    chosen = [g for g in groups if g.prefix == prefix] or [
+        g for g in groups if g.prefix == prefix_of(prefix)
+    ]
     if not chosen:
         there = f"it holds {listed(names, 8)}" if groups else f"it holds none ({holds})"
         there = there if groups or holds else "it holds none"
@@ -451,7 +470,7 @@ def found_rnn(
             where += " (tanh or relu is not recorded: tanh shown, pass activation='relu' if so)"
     problems = group.problems
     return FoundRNN(
-        name=group.prefix,
+        name=name_of(group.prefix),
         where=where,
         format=fmt,
         mode=mode,
