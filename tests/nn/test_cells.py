@@ -132,3 +132,83 @@ def test_vmap_over_inputs() -> None:
     a, b = _pair("gru", dtype=torch.float64)
     xs = torch.randn(4, 3, IN, dtype=torch.float64)
     torch.testing.assert_close(torch.func.vmap(a)(xs), torch.stack([b(x) for x in xs]))
+
+
+def _checked_path(cell: Any) -> Any:
+    """``cell`` with its plain eager step switched off: every call takes the checked path
+    (the operator through :func:`cudnn_rnn.operator.rnn`)."""
+    checked = copy.deepcopy(cell)
+    checked._eager_step = lambda input, hx: None
+    return checked
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_eager_step_gives_the_checked_paths_bits(kind: str, dtype: torch.dtype) -> None:
+    """A plain eager step (issue 48) runs the same engine call as the operator's route: the same
+    bits, values and every gradient, with and without a state, in grad mode and not."""
+    cell, _ = _pair(kind, dtype=dtype)
+    checked = _checked_path(cell)
+    lstm = kind == "lstm"
+    x = torch.randn(3, IN, dtype=dtype, requires_grad=True)
+    states = [torch.randn(3, H, dtype=dtype, requires_grad=True) for _ in range(2 if lstm else 1)]
+    for hx in (None, tuple(states) if lstm else states[0]):
+        with torch.no_grad():
+            for u, v in zip(_as_list(cell(x, hx)), _as_list(checked(x, hx))):
+                assert torch.equal(u, v)
+        ra, rb = _as_list(cell(x, hx)), _as_list(checked(x, hx))
+        w = [torch.randn(t.shape, dtype=dtype) for t in ra]
+        leaves = [x, *(states if hx is not None else [])]
+        loss_a = torch.stack([(t * u).sum() for t, u in zip(ra, w)]).sum()
+        loss_b = torch.stack([(t * u).sum() for t, u in zip(rb, w)]).sum()
+        ga = torch.autograd.grad(loss_a, leaves + list(cell.parameters()))
+        gb = torch.autograd.grad(loss_b, leaves + list(checked.parameters()))
+        assert all(torch.equal(u, v) for u, v in zip(ra + list(ga), rb + list(gb)))
+
+
+def test_the_eager_step_sees_every_write_to_the_weights() -> None:
+    """Nothing derived from the weights is kept between steps: a write in place, through
+    ``.data`` or a NumPy view, a ``.data`` reassigned and a parameter replaced are all seen."""
+    a, b = _pair("lstm")
+    x, hx = torch.randn(2, IN), (torch.randn(2, H), torch.randn(2, H))
+
+    def same() -> None:
+        with torch.no_grad():
+            for u, v in zip(a(x, hx), b(x, hx)):
+                torch.testing.assert_close(u, v, atol=2e-6, rtol=2e-6)
+
+    same()
+    with torch.no_grad():
+        a.weight_hh.mul_(2), b.weight_hh.mul_(2)
+    same()
+    a.weight_ih.data.add_(1), b.weight_ih.data.add_(1)
+    same()
+    a.bias_hh.detach().numpy()[:] = 0.5
+    b.bias_hh.detach().numpy()[:] = 0.5
+    same()
+    new = torch.randn(4 * H, H)
+    a.weight_hh.data, b.weight_hh.data = new.clone(), new.clone()
+    same()
+    assert _flat.aliases(a._flat, list(a.parameters()), a._blocks)  # flattened again
+    a.bias_ih, b.bias_ih = tnn.Parameter(torch.randn(4 * H)), None
+    b.bias_ih = tnn.Parameter(a.bias_ih.detach().clone())
+    same()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_torch_func_grad_takes_the_operator(kind: str) -> None:
+    """Under a torch.func transform a call is not plain eager: it takes the checked path (the
+    operator), gradients for the input and, through functional_call, for the weights."""
+    a, b = _pair(kind, dtype=torch.float64)
+    x = torch.randn(3, IN, dtype=torch.float64)
+
+    def first(out: Any) -> Any:
+        return out[0] if isinstance(out, tuple) else out
+
+    got = torch.func.grad(lambda v: first(a(v)).sum())(x)
+    torch.testing.assert_close(got, torch.func.grad(lambda v: first(b(v)).sum())(x))
+    params = {n: p.detach() for n, p in a.named_parameters()}
+    got = torch.func.grad(lambda p: first(torch.func.functional_call(a, p, (x,))).sum())(params)
+    want = torch.func.grad(lambda p: first(torch.func.functional_call(b, p, (x,))).sum())(params)
+    for n in params:
+        torch.testing.assert_close(got[n], want[n], atol=1e-10, rtol=1e-10)

@@ -25,7 +25,7 @@ from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.nn import _checks, _flat
 from cudnn_rnn.nn.modules import checked, own_parameters, placed
-from cudnn_rnn.operator import rnn
+from cudnn_rnn.operator import Route, rnn, route, static_of, step
 
 __all__ = ["GRUCell", "LSTMCell", "RNNCell"]
 
@@ -87,6 +87,7 @@ class _Cell(tnn.Module):
             m: RNNSpec(m, 1, self.hidden_size, self.input_size)
             for m in ((self._mode,) if self._mode else (CUDNN_RNN_TANH, CUDNN_RNN_RELU))
         }
+        self._statics = {m: static_of(spec) for m, spec in self._specs.items()}
         self._blocks = _flat.blocks(self._layout, self.bias)
         self._flat = torch.zeros(self._layout.size, dtype=dtype, device=device)
         shapes = [tuple(getattr(reference, n).shape) for n in self._names]
@@ -130,6 +131,8 @@ class _Cell(tnn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)  # type: ignore[no-untyped-call]
+        if "_statics" not in state:  # (pickled before the cells kept them)
+            self._statics = {m: static_of(spec) for m, spec in self._specs.items()}
         self._flat = None
         self.flatten_parameters()
 
@@ -138,6 +141,9 @@ class _Cell(tnn.Module):
         """torch.nn's forward, checked as torch.nn's cell and its kernel check (in that order,
         with their exceptions): dimensions, then (:mod:`cudnn_rnn.nn._checks`) the kind of
         ``hx``, sizes, devices and dtypes."""
+        done = self._eager_step(input, hx)
+        if done is not None:
+            return done
         cls = type(self).__name__
         lstm = self._mode == CUDNN_LSTM
         if input.dim() not in (1, 2):
@@ -173,23 +179,91 @@ class _Cell(tnn.Module):
             out = tuple(o.squeeze(0) for o in out)
         return out if lstm else out[0]
 
+    def _eager_step(self, input: Any, hx: Any) -> Any:
+        """The result of a call that plain eager execution runs with nothing to check, convert
+        or flatten: a batched input and states (or none) of the cell's sizes, dtype and device,
+        no autocast, the parameters the buffer's views; None for any other call, which takes
+        the checked path (and raises its errors there). A step in a Python loop is latency
+        bound: this is what it pays instead of the checks and the operator's routing (issue 48),
+        for the same engine call (:func:`cudnn_rnn.operator.step`), so the same bits."""
+        flat = self._flat
+        if (
+            flat is None
+            or torch.compiler.is_compiling()  # (first: dynamo traces the checked path)
+            or _flat.traced()
+            or torch._C._are_functorch_transforms_active()  # (wrapped tensors have no storage)
+            or type(input) is not Tensor
+            or input.dim() != 2
+        ):
+            return None
+        mode = self._mode or _NONLINEARITY.get(getattr(self, "nonlinearity", ""), "")
+        batch, dtype, device = input.shape[0], flat.dtype, flat.device
+        states: tuple[Any, ...] = ()
+        if hx is not None:
+            lstm = self._mode == CUDNN_LSTM
+            if lstm and type(hx) not in (tuple, list):  # (an LSTM's state is a pair)
+                return None
+            states = tuple(hx) if lstm else (hx,)
+            if len(states) != (2 if lstm else 1):
+                return None
+        size = (batch, self.hidden_size)
+        if (
+            not mode
+            or batch == 0
+            or input.shape[1] != self.input_size
+            or input.dtype != dtype
+            or input.device != device
+            or torch.is_autocast_enabled(device.type)
+            or not all(
+                type(s) is Tensor and s.shape == size and s.dtype == dtype and s.device == device
+                for s in states
+            )
+        ):
+            return None
+        own = self._parameters  # (what Module.__getattr__ reads, without its lookups)
+        params = [own.get(n) for n in self._names]
+        if any(p is None for p in params):
+            return None
+        if not _flat.aliases(flat, params, self._blocks):  # type: ignore[arg-type]
+            return None
+        need_grad = torch.is_grad_enabled() and (
+            input.requires_grad
+            or any(s.requires_grad for s in states)
+            or any(p.requires_grad for p in params)  # type: ignore[union-attr]
+        )
+        # Nothing but plain eager execution sees it (a mode or a profiler sees the operator).
+        if route(need_grad, False, flat, input, *states) not in (Route.DIRECT, Route.DIRECT_GRAD):
+            return None
+        if not states:
+            zeros = input.new_zeros(size)
+            states = (zeros, zeros) if self._mode == CUDNN_LSTM else (zeros,)
+        buffer = _flat.gathered(flat, params, self._blocks) if need_grad else flat  # type: ignore[arg-type]
+        h, c = step(
+            self._statics[mode], buffer, input, states[0],
+            states[1] if len(states) > 1 else None, need_grad,
+        )  # fmt: skip
+        return (h, c) if c is not None else h
+
     def _step(self, x: Tensor, states: tuple[Tensor, ...], batched: bool) -> tuple[Tensor, ...]:
         """One step of the operator on ``x [B, I]`` and ``states`` (each ``[B, H]``; ``x``
         was 1-D where not ``batched``), checked as aten checks torch.nn's cells."""
         mode = self._mode or _NONLINEARITY.get(getattr(self, "nonlinearity", ""), "")
         if not mode:
             raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
-        if x.size(1) != self.input_size:
+        # Sizes are not compared while torch.jit.trace records: they are tensors then, and a
+        # comparison would fix them in the trace (a TracerWarning); the trace's own run checks them.
+        checked = not _flat.traced()
+        if checked and x.size(1) != self.input_size:
             raise RuntimeError(
                 f"input has inconsistent input_size: got {x.size(1)} expected {self.input_size}"
             )
         _checks.check_cell_state_dims(type(self).__name__, states, batched)
         for i, s in enumerate(states):
-            if s.size(0) != x.size(0):
+            if checked and s.size(0) != x.size(0):
                 raise RuntimeError(
                     f"Input batch size {x.size(0)} doesn't match hidden{i} batch size {s.size(0)}"
                 )
-            if s.size(1) != self.hidden_size:
+            if checked and s.size(1) != self.hidden_size:
                 raise RuntimeError(
                     f"hidden{i} has inconsistent hidden_size: got {s.size(1)}, expected "
                     f"{self.hidden_size}"
@@ -209,7 +283,35 @@ class _Cell(tnn.Module):
 
 
 class LSTMCell(_Cell):
-    """torch.nn.LSTMCell on our operator (see the module docstring).
+    """``torch.nn.LSTMCell`` on our operator: its arguments, parameters and results.
+
+    One LSTM step (cuDNN's equations, which are torch.nn's: they differ from
+    ``torch.nn.LSTMCell`` nowhere; ``*`` the elementwise product)::
+
+        i = sigmoid(W_ii x + b_ii + W_hi h + b_hi)
+        f = sigmoid(W_if x + b_if + W_hf h + b_hf)
+        g = tanh(W_ig x + b_ig + W_hg h + b_hg)
+        o = sigmoid(W_io x + b_io + W_ho h + b_ho)
+        c' = f * c + i * g
+        h' = o * tanh(c')
+
+    Inputs:
+        ``input, (h_0, c_0)``: ``input`` ``(N, H_in)`` or ``(H_in)``; ``h_0`` and ``c_0``
+        ``(N, H_out)`` or ``(H_out)``, zeros when the tuple is omitted. ``N`` is the batch
+        size, ``H_in = input_size``, ``H_out = hidden_size``.
+
+    Outputs:
+        ``(h_1, c_1)``: the next hidden and cell state, each ``(N, H_out)`` or ``(H_out)``.
+
+    Attributes:
+        weight_ih: the input-hidden weights ``W_ii|W_if|W_ig|W_io``,
+            ``(4 * hidden_size, input_size)``.
+        weight_hh: the hidden-hidden weights, ``(4 * hidden_size, hidden_size)``.
+        bias_ih: the input-hidden bias, ``(4 * hidden_size,)``.
+        bias_hh: the hidden-hidden bias, ``(4 * hidden_size,)``. All four are views into one
+            buffer, initialised from ``U(-sqrt(1 / hidden_size), sqrt(1 / hidden_size))``.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> h, c = cudnn_rnn.nn.LSTMCell(10, 20)(torch.randn(3, 10))
@@ -222,7 +324,34 @@ class LSTMCell(_Cell):
 
 
 class GRUCell(_Cell):
-    """torch.nn.GRUCell on our operator (see the module docstring).
+    """``torch.nn.GRUCell`` on our operator: its arguments, parameters and results.
+
+    One GRU step (cuDNN's equations, which are torch.nn's: the reset gate ``r`` is applied after
+    the recurrent product, so they differ from ``torch.nn.GRUCell`` nowhere; TF's ``GRUCell``
+    applies it before)::
+
+        r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+        z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+        h' = (1 - z) * n + z * h
+
+    Inputs:
+        ``input, hidden``: ``input`` ``(N, H_in)`` or ``(H_in)``; ``hidden`` ``(N, H_out)`` or
+        ``(H_out)``, zeros when omitted. ``N`` is the batch size, ``H_in = input_size``,
+        ``H_out = hidden_size``.
+
+    Outputs:
+        ``h'``: the next hidden state, ``(N, H_out)`` or ``(H_out)``.
+
+    Attributes:
+        weight_ih: the input-hidden weights ``W_ir|W_iz|W_in``, ``(3 * hidden_size,
+            input_size)``.
+        weight_hh: the hidden-hidden weights, ``(3 * hidden_size, hidden_size)``.
+        bias_ih: the input-hidden bias, ``(3 * hidden_size,)``.
+        bias_hh: the hidden-hidden bias, ``(3 * hidden_size,)``. All four are views into one
+            buffer, initialised as torch.nn's.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> cudnn_rnn.nn.GRUCell(10, 20)(torch.randn(10)).shape  # unbatched
@@ -234,8 +363,29 @@ class GRUCell(_Cell):
 
 
 class RNNCell(_Cell):
-    """torch.nn.RNNCell (``nonlinearity="tanh"`` or ``"relu"``) on our operator (see the module
-    docstring).
+    """``torch.nn.RNNCell`` (``nonlinearity="tanh"`` or ``"relu"``) on our operator.
+
+    One Elman RNN step (cuDNN's equations, which are torch.nn's: they differ from
+    ``torch.nn.RNNCell`` nowhere)::
+
+        h' = tanh(W_ih x + b_ih + W_hh h + b_hh)     (nonlinearity="relu": relu)
+
+    Inputs:
+        ``input, hidden``: ``input`` ``(N, H_in)`` or ``(H_in)``; ``hidden`` ``(N, H_out)`` or
+        ``(H_out)``, zeros when omitted. ``N`` is the batch size, ``H_in = input_size``,
+        ``H_out = hidden_size``.
+
+    Outputs:
+        ``h'``: the next hidden state, ``(N, H_out)`` or ``(H_out)``.
+
+    Attributes:
+        weight_ih: the input-hidden weights, ``(hidden_size, input_size)``.
+        weight_hh: the hidden-hidden weights, ``(hidden_size, hidden_size)``.
+        bias_ih: the input-hidden bias, ``(hidden_size,)``.
+        bias_hh: the hidden-hidden bias, ``(hidden_size,)``. All four are views into one
+            buffer, initialised as torch.nn's.
+
+    Example:
 
     >>> import torch, cudnn_rnn.nn
     >>> cudnn_rnn.nn.RNNCell(10, 20, nonlinearity="relu")(torch.randn(3, 10)).shape

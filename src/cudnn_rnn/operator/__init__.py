@@ -15,7 +15,8 @@ takes the opaque buffer. Four modules, one idea each, each importing only those 
   ``cudnn_rnn.nn`` module calls :func:`rnn` (the layers' zero-state calls go through
   :func:`planned_call`, which keeps the call between calls and then runs the same
   implementation); :func:`route` is the one rule that picks how the call reaches the
-  implementation (:class:`Route`).
+  implementation (:class:`Route`); a cell's step in plain eager execution takes
+  :func:`step`, the same implementation without a sequence's arguments.
 
 Which engine runs is decided by the rule table from what is fixed before the call, never by
 timing; the operator does what is the same for every engine and calls the chosen one without
@@ -25,6 +26,6 @@ knowing which it is.
 # Importing the routes imports the other three modules, which register the operators.
 from cudnn_rnn.operator.implementation import GOLDEN
 from cudnn_rnn.operator.implementation import static_of as static_of
-from cudnn_rnn.operator.routes import EagerPlan, Route, planned_call, rnn, route
+from cudnn_rnn.operator.routes import EagerPlan, Route, planned_call, rnn, route, step
 
-__all__ = ["GOLDEN", "EagerPlan", "Route", "planned_call", "rnn", "route"]
+__all__ = ["GOLDEN", "EagerPlan", "Route", "planned_call", "rnn", "route", "step"]

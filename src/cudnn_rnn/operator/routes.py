@@ -13,6 +13,7 @@ with); never again in the backward.
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -25,6 +26,7 @@ from cudnn_rnn.engines.base import Call
 from cudnn_rnn.operator.autograd import _APPLY, _RNNFunction
 from cudnn_rnn.operator.implementation import (
     ForwardArgs,
+    Static,
     _direct,
     _engine_forward,
     _finished,
@@ -111,6 +113,39 @@ def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> Eag
     h0 = x.new_zeros(spec.num_states, batch, spec.output_units)
     c0 = x.new_zeros(spec.num_states, batch, spec.num_units) if spec.mode == CUDNN_LSTM else None
     return EagerPlan(call, x.shape, time_major, params.shape, h0, c0)
+
+
+@functools.lru_cache(maxsize=64)
+def _step_call(static: Static, device: torch.device, dtype: torch.dtype, batch: int) -> Call:
+    """The call of one step without gradient, lengths or dropout (a record of fixed sizes:
+    the engine is still asked for it at every call)."""
+    return Call(_layout(static), device, dtype, 1, batch, False, False, False)
+
+
+def step(
+    static: Static, params: Tensor, x: Tensor, h0: Tensor, c0: Tensor | None, need_grad: bool
+) -> tuple[Tensor, Tensor | None]:
+    """One time step of a one-layer unidirectional RNN (a cell's call): ``(h_1, c_1 or None)``,
+    each ``[B, H]``, from ``x [B, I]`` and states ``[B, H]``, as :func:`rnn` gives them on a
+    sequence of one step: the same implementation on the same engine, so the same bits, without
+    what a sequence needs and a step does not (lengths, dropout, the choice of a route).
+
+    For a call :func:`route` sends to ``Route.DIRECT`` (``need_grad`` false) or
+    ``Route.DIRECT_GRAD`` (grad mode on and a tensor requires grad): nothing but plain eager
+    execution sees it. The caller checked the arguments: the spec's sizes, one dtype and device,
+    a batch that is not empty, autocast off.
+    """
+    x3, h3 = x.unsqueeze(0), h0.unsqueeze(0)
+    c3 = c0.unsqueeze(0) if c0 is not None else None
+    if need_grad:  # Route.DIRECT_GRAD
+        out = _APPLY(params, x3, h3, c3, None, None, static, 0.0, 0, False)  # type: ignore[no-untyped-call]
+        return out[1][0], (out[2][0] if c0 is not None else None)
+    call = _step_call(static, x.device, x.dtype, int(x.shape[0]))  # Route.DIRECT
+    args = ForwardArgs(params, x3, h3, c3, None, None, static, 0.0, 0, False, False)
+    *_, done = _engine_forward(args, True, call)
+    assert done is not None  # (a batch that is not empty)
+    cy = done.cy[0].contiguous() if c0 is not None and done.cy is not None else None
+    return done.hy[0].contiguous(), cy
 
 
 class Route(enum.Enum):
