@@ -1,8 +1,10 @@
 """The engine of the variants (:mod:`cudnn_rnn.core.variant`): any RNN beyond cuDNN's four modes,
 on any device, with training, in torch operators differentiated by autograd.
 
-cuDNN, torch's kernels and our native loops compute the four modes only; a call whose spec has a
-variant comes here by the first row of the rule table (:mod:`cudnn_rnn.engines`). The forward is
+cuDNN and torch's kernels compute the four modes only, and our native loops every variant on
+the CPU in float32 without a projection; any other call whose spec has a variant (CUDA, other
+dtypes, a projection) comes here by the rule table (:mod:`cudnn_rnn.engines`), and every double
+backward of a variant runs this forward (the operator's autograd). The forward is
 one time loop per layer and direction on torch operators (the input projection of all steps one
 product, then per step one product with the recurrent matrices and the variant's gate math), so
 it runs wherever torch runs: CPU and CUDA, every float dtype. It keeps nothing for the backward:
