@@ -545,8 +545,9 @@ def test_a_padded_batch_gives_each_sequence_the_bits_it_has_alone(
 @needs_engine
 @pytest.mark.parametrize("mode", MODES)
 def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> None:
-    """The rule (docs/design_notes.md): R in place for a batch of one, packed above; W in
-    place for a projection of at most 128 rows (with lengths: the valid ones), packed above.
+    """The rule (docs/design_notes.md): R in place for a batch of one or a call of one step,
+    packed above; W in place for a projection of at most 128 rows (with lengths: the valid
+    ones), packed above.
     Each call gives bitwise what forcing that way gives, and the ways differ (so the test
     sees which ran)."""
     from cudnn_rnn.layers import LAYER_CLASSES
@@ -559,12 +560,19 @@ def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> N
             w: str = "rule") -> torch.Tensor:  # fmt: skip
         g = torch.Generator().manual_seed(batch * 1000 + steps)
         x = torch.randn(steps, batch, 24, generator=g)
+        # (one step from a zero state makes no product on R: start elsewhere, as a cell does)
+        n = 2 if mode == "lstm" else 1
+        state = tuple(torch.randn(1, batch, 40, generator=g) for _ in range(n))
         with torch.no_grad(), native.use_products(r, w):
-            return layer(x, sequence_lengths=lengths)[0]
+            return layer(x, state if steps == 1 else None, sequence_lengths=lengths)[0]
 
     for batch, steps, lengths, expected in (
         (1, 128, None, ("in_place", "in_place")),
         (1, 129, None, ("in_place", "packed")),
+        (16, 1, None, ("in_place", "in_place")),  # one step: R serves one product
+        (128, 1, None, ("in_place", "in_place")),
+        (129, 1, None, ("packed", "packed")),
+        (16, 2, None, ("packed", "in_place")),
         (2, 64, None, ("packed", "in_place")),
         (2, 65, None, ("packed", "packed")),
         (3, 60, [60, 60, 8], ("packed", "in_place")),  # 128 valid rows of 180

@@ -270,7 +270,9 @@ static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->co
  * dot_gemm) when few rows multiply it, and packed into each thread's scratch first otherwise:
  * packing costs several products of one row (a transpose through memory), and pays off only
  * when the packed copy serves enough rows. R serves the batch at every step: in place when the
- * call's batch is at most CR_IN_PLACE_BATCH. W serves the projection's rows once: in place when
+ * call's batch is at most CR_IN_PLACE_BATCH, or when the call has one step (a cell's: the packed
+ * copy would serve that one product, measured 0.86-0.97 of the packed time at B 8-64) of at most
+ * CR_IN_PLACE_ROWS rows (the dot products are not blocked for more: docs/design_notes.md). W serves the projection's rows once: in place when
  * they are at most CR_IN_PLACE_ROWS. The two ways sum in different orders, so the rules look
  * at the call's sizes alone (never at the rows still active at a step): a call gives the same
  * bits every time. cr_set_products forces either way (tests and benchmarks compare them). */
@@ -278,9 +280,10 @@ static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->co
 #define CR_IN_PLACE_ROWS 128
 static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1: in place */
 
-static inline int in_place_r(int64_t batch) {
+static inline int in_place_r(int64_t batch, int64_t steps) {
     int forced = atomic_load(&forced_r);
-    return forced >= 0 ? forced : batch <= CR_IN_PLACE_BATCH;
+    if (forced >= 0) return forced;
+    return batch <= CR_IN_PLACE_BATCH || (steps == 1 && batch <= CR_IN_PLACE_ROWS);
 }
 
 static inline int in_place_w(int64_t rows) {
