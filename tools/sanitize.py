@@ -124,6 +124,13 @@ def build(cc: str, out: Path = OUT) -> Path:
 def environment(cc: str, library: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["LD_PRELOAD"] = runtime(cc, "libasan.so")
+    # C++ libraries loaded later (onnx's checker) throw exceptions through ASan's __cxa_throw
+    # interceptor, which finds no real __cxa_throw unless libstdc++ is loaded from the start: it
+    # then stops the process with a CHECK failure of its own (seen with onnx 1.2x's checker).
+    try:
+        env["LD_PRELOAD"] += ":" + runtime(cc, "libstdc++.so.6")
+    except FileNotFoundError:  # a compiler without it: C++ readers may trip ASan then
+        pass
     # Python and torch keep memory to the end; torch mixes allocators: neither is our bug.
     env["ASAN_OPTIONS"] = (
         f"detect_leaks=0:halt_on_error=1:exitcode={EXIT_CODE}:alloc_dealloc_mismatch=0"
