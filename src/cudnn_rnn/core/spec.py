@@ -227,11 +227,16 @@ class RNNSpec:
         return self.num_proj if self.num_proj is not None else self.num_units
 
     @property
+    def merges_directions(self) -> bool:
+        """Whether the two directions' outputs are summed, multiplied or averaged (a variant's
+        ``merge``) rather than concatenated."""
+        return self.bidirectional and self.variant.merge != "concat"
+
+    @property
     def output_width(self) -> int:
         """Width of the output sequence: ``num_dirs * output_units`` when the directions are
         concatenated, ``output_units`` when they are summed, multiplied or averaged."""
-        merged = self.bidirectional and self.variant.merge == "concat"
-        return self.num_dirs * self.output_units if merged else self.output_units
+        return self.output_units if self.merges_directions else self.num_dirs * self.output_units
 
     @property
     def num_states(self) -> int:

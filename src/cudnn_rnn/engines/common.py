@@ -109,8 +109,7 @@ def kept_outputs(spec: RNNSpec) -> int:
     """How many layers' outputs (both directions side by side) the workspace keeps: every layer
     below the last (the next one's input); the last one's too where the directions are merged
     by a sum, product or mean (a variant), which the operator's output no longer shows."""
-    merged = spec.bidirectional and spec.variant.merge != "concat"
-    return spec.num_layers - 1 + int(merged)
+    return spec.num_layers - 1 + int(spec.merges_directions)
 
 
 def workspace_numel(spec: RNNSpec, steps: Any, batch: Any, *, hseq: bool = True) -> Any:

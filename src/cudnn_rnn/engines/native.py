@@ -224,7 +224,8 @@ def forward(
     c0_at, cn_at = _checked(c0), _ptr(cn)
     assert base is not None and h0_at is not None and hn_at is not None
     layer_input = x
-    merge, separate = spec.variant.merge, spec.variant.stacks == "separate"
+    merge, merged = spec.variant.merge, spec.merges_directions
+    separate = spec.variant.stacks == "separate"
     for layer in range(spec.num_layers):
         # The layer's input: x; above it the layer below's output, both directions side by
         # side, or their merge (a sum, product or mean: a variant); with separate stacks each
@@ -232,7 +233,7 @@ def forward(
         width = spec.input_size if layer == 0 else spec.mask_width
         # A compact workspace holds a layer's input as its valid rows, [rows, 1, width].
         shape = (kept_rows, 1, width) if compacted and layer > 0 else (steps, batch, width)
-        if layer > 0 and dirs == 2 and merge != "concat" and not separate:
+        if layer > 0 and merged and not separate:
             layer_input = _merged(layer_input, merge)
         if layer > 0 and masks is not None:  # the workspace keeps the output before dropout
             layer_input = layer_input * _layer_mask(masks, layer, valid if compacted else None)
@@ -301,9 +302,9 @@ def forward(
             slot = inputs[layer].view(kept_rows, dirs * units)
             torch.index_select(y.view(steps * batch, -1), 0, valid[0], out=slot)
             layer_input = inputs[layer] if not last else y
-    if dirs == 2 and merge != "concat":  # a variant: the directions summed, multiplied, averaged
+    if merged:  # a variant: the directions summed, multiplied, averaged
         layer_input = _merged(layer_input, merge)
-    if go_backwards(spec):  # one layer (native_variant.computes): its output in loop order
+    if go_backwards(spec):  # (a spec of one layer) its output in the loop's order
         layer_input = layer_input.flip(0)
     return layer_input, hn, cn, ws
 
@@ -441,8 +442,9 @@ def backward(
         common.ws_rows, common.wsmap = kept_rows, _checked(valid[1])
     kept_index = valid[0] if compacted and valid is not None else None
     full_lengths = None if valid is None else lengths  # None: every sequence has T steps
-    merge, separate = spec.variant.merge, spec.variant.stacks == "separate"
-    merged = dirs == 2 and merge != "concat"  # (a variant) the workspace keeps the last output
+    # Merged directions: the workspace keeps the last layer's two outputs too (kept_outputs).
+    merge, merged = spec.variant.merge, spec.merges_directions
+    separate = spec.variant.stacks == "separate"
 
     def both(layer: int) -> Tensor:
         """Layer ``layer``'s two directions' outputs side by side, ``[T, B, 2H]``."""
@@ -502,12 +504,11 @@ def backward(
             p = layer * dirs + d
             kept = saved[p]
             dgi = kept[0]
-            dghn = kept[1] if gru and not before else None
-            # (reset before the product: the candidate's rows of R multiply r * h_prev, which
-            # the workspace keeps; their gradient is dgi's third)
+            # The gradient of R h' + bR in the candidate's third: the GRU's dghn, or with the
+            # reset gate before the product dgi's own third, whose rows of R multiply r * h_prev
+            # (which the workspace keeps in place of ghn) instead of h_prev.
+            dghn = (dgi[..., 2 * units :] if before else kept[1]) if gru else None
             cand = kept[1] if before else None
-            if before:
-                dghn = dgi[..., 2 * units :]
             # The states each step started from, for dR: the LSTM's cell states were read by
             # C alone, so they go there (no buffer at the peak); else a transient, freed
             # before the input's gradient is made.
