@@ -14,6 +14,7 @@ subclass torch.nn's cells.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.nn import _checks, _flat
 from cudnn_rnn.nn.modules import checked, own_parameters, placed
 from cudnn_rnn.operator import Route, rnn, route, static_of, step
+from cudnn_rnn.operator.planned_step import planned_step, step_plan
 
 __all__ = ["GRUCell", "LSTMCell", "RNNCell"]
 
@@ -90,6 +92,9 @@ class _Cell(tnn.Module):
         self._statics = {m: static_of(spec) for m, spec in self._specs.items()}
         self._blocks = _flat.blocks(self._layout, self.bias)
         self._flat = torch.zeros(self._layout.size, dtype=dtype, device=device)
+        # The native engine's planned step for the buffer, batch and mode of the last call:
+        # (flat, batch, mode, plan or None), remade when one changes; never pickled.
+        self._plan: tuple[Any, ...] | None = None
         shapes = [tuple(getattr(reference, n).shape) for n in self._names]
         own_parameters(self, self._names, shapes, self._flat, self._blocks)
         if not self.bias:
@@ -120,20 +125,21 @@ class _Cell(tnn.Module):
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         ret = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        self._flat = None
+        self._flat, self._plan = None, None
         self.flatten_parameters()
         return ret
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_flat", None)
+        state.pop("_plan", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)  # type: ignore[no-untyped-call]
         if "_statics" not in state:  # (pickled before the cells kept them)
             self._statics = {m: static_of(spec) for m, spec in self._specs.items()}
-        self._flat = None
+        self._flat, self._plan = None, None
         self.flatten_parameters()
 
     # -- forward ---------------------------------------------------------------------------------
@@ -237,11 +243,22 @@ class _Cell(tnn.Module):
         if not states:
             zeros = input.new_zeros(size)
             states = (zeros, zeros) if self._mode == CUDNN_LSTM else (zeros,)
+        static, c0 = self._statics[mode], states[1] if len(states) > 1 else None
+        plan = self._plan
+        if plan is None or plan[0] is not flat or plan[1] != batch or plan[2] != mode:
+            plan = self._plan = (flat, batch, mode, step_plan(static, flat, batch))
+        if plan[3] is not None:  # the native engine's step, planned (the same bits)
+            assemble = functools.partial(
+                _flat.concatenated, layout=self._layout, where=self._blocks
+            )
+            weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
+            done = planned_step(
+                plan[3], static, input, states[0], c0, weights, assemble, need_grad
+            )  # fmt: skip
+            if done is not None:
+                return done if done[1] is not None else done[0]
         buffer = _flat.gathered(flat, params, self._blocks) if need_grad else flat  # type: ignore[arg-type]
-        h, c = step(
-            self._statics[mode], buffer, input, states[0],
-            states[1] if len(states) > 1 else None, need_grad,
-        )  # fmt: skip
+        h, c = step(static, buffer, input, states[0], c0, need_grad)
         return (h, c) if c is not None else h
 
     def _step(self, x: Tensor, states: tuple[Tensor, ...], batched: bool) -> tuple[Tensor, ...]:
