@@ -44,6 +44,7 @@ FULL = [
     "tests/engines/test_native_boundary.py",
     "tests/engines/test_same_bits.py",
     "tests/engines/test_native_variants.py",
+    "tests/nn/test_planned_step.py",
     "tests/test_layouts.py",
     "tests/test_ops_oracle.py",
 ]
@@ -71,6 +72,7 @@ QUICK = [
     "tests/engines/test_native.py::test_same_bits_every_call_every_thread_count_avx2_and_avx512",
     "tests/test_layouts.py::test_op_level",
     "tests/engines/test_native_variants.py::test_same_bits_on_every_thread_count",
+    "tests/nn/test_planned_step.py::test_the_planned_step_gives_the_operators_bits",
     "-k",
     "not base",
 ]
