@@ -25,7 +25,6 @@ four modes (no variant), one layer, one direction, no projection.
 
 from __future__ import annotations
 
-import ctypes
 from typing import NamedTuple
 
 import torch
@@ -34,12 +33,11 @@ from torch import Tensor
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM
 from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.engines.native_library import (
-    _CODES,
     MODE_CODES,
     _BackwardArgs,
+    _call,
     _ForwardArgs,
     _GemmArgs,
-    _library,
 )
 
 __all__ = ["StepGrads", "StepPlan", "StepSaved"]
@@ -66,17 +64,6 @@ class StepGrads(NamedTuple):
     db_hh: Tensor | None
 
 
-def _run(fn_name: str, args: ctypes.Structure) -> None:
-    lib = _library().lib
-    assert lib is not None  # (a plan is made only where the engine is loaded)
-    rc = getattr(lib, fn_name)(ctypes.byref(args))
-    if rc == 1:
-        raise MemoryError(f"cudnn_rnn native engine: {fn_name} ran out of memory")
-    if rc != 0:
-        what = _CODES.get(rc, f"returned {rc}")
-        raise RuntimeError(f"cudnn_rnn native engine: {fn_name} {what} (a bug: please report it)")
-
-
 class StepPlan:
     """The native engine's one-step calls for one buffer (``flat``, of ``layout``: one layer,
     one direction, a cuDNN mode) and one batch size.
@@ -86,19 +73,7 @@ class StepPlan:
     library's (sizes and pointers).
     """
 
-    __slots__ = (
-        "_b",
-        "_bw",
-        "_fw",
-        "_w_hh",
-        "_w_ih",
-        "batch",
-        "flat",
-        "gates",
-        "input_size",
-        "mode",
-        "units",
-    )  # fmt: skip
+    __slots__ = ("_bw", "_fw", "_w_ih", "batch", "flat", "gates", "input_size", "mode", "units")
 
     def __init__(self, layout: Layout, flat: Tensor, batch: int) -> None:
         spec = layout.spec
@@ -113,22 +88,21 @@ class StepPlan:
         gru = spec.mode == CUDNN_GRU
         h, gh = self.units, self.gates * self.units
         self._w_ih = base + 4 * f.w_ih.offset
-        self._w_hh = base + 4 * f.w_hh.offset
-        self._b = (base + 4 * f.b_ih.offset, base + 4 * f.b_hh.offset)
+        w_hh, b_ih, b_hh = (base + 4 * b.offset for b in (f.w_hh, f.b_ih, f.b_hh))
         fw = _ForwardArgs(
             mode=MODE_CODES[spec.mode], steps=1, batch=batch, units=h, gi_st=batch * gh,
             gi_sb=gh, y_st=batch * h, y_sb=h, input_size=self.input_size,
         )  # fmt: skip
         # As native.forward: LSTM and RNN add both biases to the input term, the GRU's bR
         # sits inside r * (...).
-        fw.bi, fw.bi2 = self._b[0], (None if gru else self._b[1])
-        fw.w, fw.r, fw.br = self._w_ih, self._w_hh, (self._b[1] if gru else None)
+        fw.bi, fw.bi2 = b_ih, (None if gru else b_hh)
+        fw.w, fw.r, fw.br = self._w_ih, w_hh, (b_hh if gru else None)
         self._fw = fw
         bw = _BackwardArgs(
             mode=MODE_CODES[spec.mode], steps=1, batch=batch, units=h, dy_st=batch * h,
             dy_sb=h, hout_rs=h,
         )  # fmt: skip
-        bw.r = self._w_hh
+        bw.r = w_hh
         self._bw = bw
 
     def forward(
@@ -151,7 +125,7 @@ class StepPlan:
             a.ws_gates = gates.data_ptr()
             a.ws_extra = None if extra is None else extra.data_ptr()
             saved = StepSaved(gates, extra)
-        _run("cr_forward", a)
+        _call("cr_forward", a)
         return h1, c1, saved
 
     def backward(
@@ -184,9 +158,9 @@ class StepPlan:
         b.dy, b.dcy = dh1.data_ptr(), (None if dc1 is None else dc1.data_ptr())
         b.dgi, b.dghn = dgi.data_ptr(), (None if dghn is None else dghn.data_ptr())
         b.dh0, b.dc0 = dh0.data_ptr(), (None if dc0 is None else dc0.data_ptr())
-        _run("cr_backward", b)
+        _call("cr_backward", b)
         dw_ih = dw_hh = db_ih = db_hh = dx = None
-        g = dgi.data_ptr()
+        g, i = dgi.data_ptr(), self.input_size
         if need_w or need_b:
             dw_hh = x.new_empty(gh, h) if need_w else None
             db_ih = x.new_empty(gh) if need_b else None
@@ -194,53 +168,55 @@ class StepPlan:
             # recurrent_grads: dR = dgi^T h0 with the biases' column sums; the GRU's
             # candidate third from dghn, and bW's sums over all of dgi.
             if gru:
-                self._gemm(1, 2 * h, h, g, gh, h0, dw_hh, 0, db_hh, 0, threads)
                 assert dghn is not None
-                self._gemm(1, h, h, dghn.data_ptr(), h, h0, dw_hh, 2 * h * h, db_hh, 2 * h, threads)
-                self._gemm(1, gh, 0, g, gh, None, None, 0, db_ih, 0, threads)
+                _sum_rows(batch, 2 * h, g, gh, h0, dw_hh, db_hh, threads)
+                _sum_rows(batch, h, dghn.data_ptr(), h, h0, dw_hh, db_hh, threads, 2 * h)
+                _sum_rows(batch, gh, g, gh, None, None, db_ih, threads)
             else:
-                self._gemm(1, gh, h, g, gh, h0, dw_hh, 0, db_ih, 0, threads)
+                _sum_rows(batch, gh, g, gh, h0, dw_hh, db_ih, threads)
                 if db_hh is not None and db_ih is not None:
                     db_hh.copy_(db_ih)
         if need_w:  # input_grads: dW = dgi^T x
-            dw_ih = x.new_empty(gh, self.input_size)
-            self._gemm(1, gh, self.input_size, g, gh, x, dw_ih, 0, None, 0, threads)
-        if need_dx:  # dx = dgi W
-            dx = x.new_empty(batch, self.input_size)
-            a = _GemmArgs(
-                at=0, m=batch, n=self.input_size, k=gh, a=g, lda=gh, b=self._w_ih,
-                ldb=self.input_size, c=dx.data_ptr(), ldc=self.input_size, threads=threads,
-            )  # fmt: skip
-            _run("cr_gemm", a)
-        if not need_w:
-            dw_hh = None
+            dw_ih = x.new_empty(gh, i)
+            _sum_rows(batch, gh, g, gh, x, dw_ih, None, threads)
+        if need_dx:  # dx = dgi W (W where it is in the buffer)
+            dx = x.new_empty(batch, i)
+            _product(0, batch, i, gh, g, gh, self._w_ih, i, dx.data_ptr(), None, threads)
         return StepGrads(dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh)
 
-    def _gemm(
-        self,
-        at: int,
-        m: int,
-        n: int,
-        a: int,
-        lda: int,
-        b: Tensor | None,
-        c: Tensor | None,
-        c_at: int,
-        colsum: Tensor | None,
-        colsum_at: int,
-        threads: int,
-    ) -> None:
-        """``c[c_at:] = A^T @ b`` (``A``: the batch's rows of ``m`` columns at address ``a``,
-        row stride ``lda``) and ``colsum[colsum_at:]`` its column sums, as
-        :func:`~cudnn_rnn.engines.native_boundary._gemm` calls ``cr_gemm``; None: not made."""
-        if c is None and colsum is None:
-            return
-        args = _GemmArgs(
-            at=at, m=m, n=n if c is not None else 0, k=self.batch, a=a, lda=lda,
-            b=None if b is None or c is None else b.data_ptr(),
-            ldb=0 if b is None or c is None else int(b.shape[1]),
-            c=None if c is None else c.data_ptr() + 4 * c_at, ldc=n if c is not None else 0,
-            colsum=None if colsum is None else colsum.data_ptr() + 4 * colsum_at,
-            threads=threads,
-        )  # fmt: skip
-        _run("cr_gemm", args)
+
+def _sum_rows(
+    k: int,
+    m: int,
+    a: int,
+    lda: int,
+    b: Tensor | None,
+    c: Tensor | None,
+    colsum: Tensor | None,
+    threads: int,
+    row: int = 0,
+) -> None:
+    """``c[row:row + m] = A^T @ b`` and ``colsum[row:row + m]`` ``A``'s column sums, each where
+    given (``b`` None: the sums alone): sums over ``k`` rows, ``A``'s ``m`` columns at address
+    ``a`` with row stride ``lda``, ``b [k, n]``, ``c [., n]``; the calls
+    :func:`~cudnn_rnn.engines.common.recurrent_grads` and
+    :func:`~cudnn_rnn.engines.common.input_grads` make, on the same operands."""
+    n = 0 if c is None or b is None else int(b.shape[1])
+    if n == 0 and colsum is None:
+        return
+    _product(
+        1, m, n, k, a, lda, None if n == 0 or b is None else b.data_ptr(), n,
+        None if n == 0 or c is None else c.data_ptr() + 4 * row * n,
+        None if colsum is None else colsum.data_ptr() + 4 * row, threads,
+    )  # fmt: skip
+
+
+def _product(
+    at: int, m: int, n: int, k: int, a: int, lda: int, b: int | None, ldb: int,
+    c: int | None, colsum: int | None, threads: int,
+) -> None:  # fmt: skip
+    """``cr_gemm`` on addresses (see ``cr_gemm_args`` in engine.c; ``n`` 0: the sums alone)."""
+    _call("cr_gemm", _GemmArgs(
+        at=at, m=m, n=n, k=k, a=a, lda=lda, b=b, ldb=ldb if b is not None else 0, c=c,
+        ldc=n if c is not None else 0, colsum=colsum, threads=threads,
+    ))  # fmt: skip

@@ -14,7 +14,7 @@ subclass torch.nn's cells.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -104,6 +104,10 @@ class _Cell(tnn.Module):
 
     def _layout_of(self, mode: str) -> Layout:
         return layout_of(RNNSpec(mode, 1, self.hidden_size, self.input_size))
+
+    def _concatenated(self, params: Sequence[Tensor]) -> Tensor:
+        """A buffer made from ``params`` (the cell's), differentiable for them."""
+        return _flat.concatenated(params, self._layout, self._blocks)
 
     def _weights(self) -> list[Tensor]:
         return [getattr(self, n) for n in self._names]
@@ -248,12 +252,9 @@ class _Cell(tnn.Module):
         if plan is None or plan[0] is not flat or plan[1] != batch or plan[2] != mode:
             plan = self._plan = (flat, batch, mode, step_plan(static, flat, batch))
         if plan[3] is not None:  # the native engine's step, planned (the same bits)
-            assemble = functools.partial(
-                _flat.concatenated, layout=self._layout, where=self._blocks
-            )
             weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
             done = planned_step(
-                plan[3], static, input, states[0], c0, weights, assemble, need_grad
+                plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad
             )  # fmt: skip
             if done is not None:
                 return done if done[1] is not None else done[0]

@@ -75,7 +75,7 @@ def planned_step(
         h1, c1, _ = plan.forward(x, h0, c0, False)
         return h1, c1
     out = _PlannedStep.apply(plan, static, assemble, x, h0, c0, *params)  # type: ignore[no-untyped-call]
-    return out[0], (out[1] if c0 is not None else None)
+    return out[0], out[1]
 
 
 class _PlannedStep(torch.autograd.Function):
@@ -97,8 +97,6 @@ class _PlannedStep(torch.autograd.Function):
         ctx.plan, ctx.static, ctx.assemble = plan, static, assemble
         ctx.save_for_backward(x, h0, c0, h1, saved.gates, saved.extra, *params)
         ctx.set_materialize_grads(False)
-        if c1 is None:
-            return h1, None
         return h1, c1
 
     @staticmethod
