@@ -176,6 +176,78 @@ def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(le
 
 
 @needs_engine
+@pytest.mark.parametrize("level", isa_params())
+def test_the_backward_products_give_the_same_bits_packed_and_direct(level: str) -> None:
+    """``cr_gemm`` packs B by rule only where it pays (``use_backward_products``): the direct way
+    reads both operands where they are, and each element is still one chain in increasing k, so
+    the two agree bitwise, on 1 to 3 threads, with column tails, accumulation, and operands that
+    are slices of wider matrices (row strides above their widths)."""
+    g = torch.Generator().manual_seed(6)
+    threads = torch.get_num_threads()
+    shapes = [*SHAPES, (600, 70, 300), (40, 256, 1024), (96, 48, 130), (513, 20, 129)]
+    try:
+        with native.use_level(level):
+            for m, n, k in shapes:
+                for at in (False, True):
+                    wide_a = torch.randn((k, m + 3) if at else (m, k + 5), generator=g)
+                    a = wide_a[:, 2 : m + 2] if at else wide_a[:, 3 : k + 3]
+                    b = torch.randn(k, n + 4, generator=g)[:, 1 : n + 1]
+                    start = torch.randn(m, n, generator=g)
+                    got = {}
+                    for way in ("packed", "direct"):
+                        for t in (1, 2, 3):
+                            torch.set_num_threads(t)
+                            c = start.clone()
+                            sums = torch.empty(m) if at else None
+                            with native.use_backward_products(way):
+                                native_boundary._gemm(at, a, b, c, accumulate=True, colsum=sums)
+                            got[way, t] = (c, sums)
+                    first = got["packed", 1]
+                    for key, (c, sums) in got.items():
+                        assert torch.equal(c, first[0]), (m, n, k, at, key)
+                        assert sums is None or torch.equal(sums, first[1]), (m, n, k, at, key)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_engine
+@pytest.mark.parametrize("level", isa_params())
+@pytest.mark.parametrize("mode", sorted(CLASSES))
+def test_the_backward_reads_r_in_place_with_the_packed_bits(level: str, mode: str) -> None:
+    """The backward's product on R (dh = dg @ R) reads R where it is for one step (a cell's
+    call) and packs it for more, by rule. Forced each way in the backward of the same forward
+    (made by the rule each time: a second backward of one graph re-runs the forward, whose
+    products the forcing would change), every gradient agrees bitwise, one step and three, units
+    a whole number of vectors or not, on 1 to 3 threads."""
+    g = torch.Generator().manual_seed(7)
+    threads = torch.get_num_threads()
+    lstm = mode == "lstm"
+    try:
+        with native.use_level(level):
+            for steps, units in ((1, 256), (3, 32), (1, 20)):
+                op = CLASSES[mode](1, units, 24)
+                params = (torch.randn(op.params_size(), generator=g) / units).requires_grad_()
+                x = torch.randn(steps, 5, 24, generator=g).requires_grad_()
+                h0 = torch.randn(1, 5, units, generator=g).requires_grad_()
+                c0 = torch.randn(1, 5, units, generator=g).requires_grad_()
+                leaves = [x, h0, c0, params] if lstm else [x, h0, params]
+                weights = [torch.randn(1, 5, units, generator=g) for _ in range(3)]
+                got = []
+                for way in ("packed", "in_place"):
+                    for t in (1, 2, 3):
+                        torch.set_num_threads(t)
+                        out = op(x, h0, c0, params) if lstm else op(x, h0, params)
+                        loss = sum((o[-1:] * w).sum() for o, w in zip(out, weights))
+                        with native.use_products(r=way):
+                            got.append(torch.autograd.grad(loss, leaves))
+                for grads in got[1:]:
+                    for a, b in zip(got[0], grads):
+                        assert torch.equal(a, b), (mode, steps, units)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@needs_engine
 @pytest.mark.skipif(not {"avx2", "avx512"} <= set(LEVELS), reason="needs AVX-512")
 def test_the_backward_products_give_avx2s_bits_at_avx512() -> None:
     """Both contract to FMA and sum each element in one chain, so the two ISAs agree bitwise

@@ -286,6 +286,16 @@ static inline int in_place_r(int64_t batch, int64_t steps) {
     return batch <= CR_IN_PLACE_BATCH || (steps == 1 && batch <= CR_IN_PLACE_ROWS);
 }
 
+/* The backward's product on R (dh = dg @ R) needs no transposition: R's rows are the rows of
+ * its B, so the micro-kernels can read them where they are. Packing still pays over steps (the
+ * packed blocks stay in L1; R's rows in place, H floats apart, map onto few cache sets), so a
+ * call of one step (a cell's) reads R in place and longer ones pack it; cr_set_products' R forces
+ * either way here too. Both give the same bits (each element one chain in increasing k). */
+static inline int in_place_back(int64_t steps) {
+    int forced = atomic_load(&forced_r);
+    return forced >= 0 ? forced : steps == 1;
+}
+
 static inline int in_place_w(int64_t rows) {
     int forced = atomic_load(&forced_w);
     return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS;
@@ -364,12 +374,13 @@ int cr_set_products(int r, int w) {
 }
 
 /* The backward products' steps at one ISA (kernel.inc): pack columns of B's chunk, make rows
- * of C over it, sum A's columns. */
+ * of C over it; or make a part of C with nothing packed; sum A's columns. */
 typedef struct gemm_ops {
     void (*pack)(const cr_gemm_args *, int64_t, int64_t, int64_t, int64_t, const int64_t *,
                  float *);
     void (*rows)(const cr_gemm_args *, int64_t, int64_t, int64_t, int64_t, const float *,
                  float *);
+    void (*direct)(const cr_gemm_args *, int64_t, int64_t, int64_t, int64_t, float *);
     void (*column_sums)(const cr_gemm_args *, int64_t, int64_t);
 } gemm_ops_t;
 
@@ -395,6 +406,29 @@ typedef struct {
 #ifndef GM
 #define GM 96
 #endif
+
+/* The backward's products with nothing packed (kernel.inc's gemm_direct) when C has at most
+ * CR_DIRECT_ROWS rows or K is one chunk: packing B pays for itself only over many row blocks and
+ * chunks. On two AVX-512 cores the packed way took 2.4x the direct time at a cell's dx (32 x 1024
+ * @ 1024 x 256), 1.6x at 128 rows, 1.3x at 400; at 1600 rows 0.95x, and 0.55-0.72x at a layer's
+ * (100, 64, 512) products, where B read in place (rows 2 KiB apart) no longer stays in L1. Both
+ * ways give the same bits (one chain in increasing k per element), so the rule only chooses the
+ * speed; cr_set_gemm forces either way (the tests compare them). */
+#define CR_DIRECT_ROWS 512
+static atomic_int forced_gemm = -1; /* -1: the rule, 0: packed, 1: direct */
+
+static inline int gemm_direct(int64_t m, int64_t n, int64_t k) {
+    if (n == 0 || k == 0) return 0;
+    int forced = atomic_load(&forced_gemm);
+    return forced >= 0 ? forced : m <= CR_DIRECT_ROWS || k <= GK;
+}
+
+/* -1 restores the rule, 0 packs B, 1 reads A and B in place, for every cr_gemm call. */
+int cr_set_gemm(int direct) {
+    if (direct < -1 || direct > 1) return -1;
+    atomic_store(&forced_gemm, direct);
+    return 0;
+}
 
 /* ---- one instantiation of kernel.inc per instruction set --------------------------------- */
 
@@ -1009,6 +1043,8 @@ typedef struct {
     int64_t npad;        /* B's columns rounded up to whole vectors */
     int64_t *col;        /* npad column numbers, -1 for a pad */
     float *P;            /* B's packed chunk, GK x npad: shared by the team */
+    int direct;          /* nothing packed (gemm_direct): no P, no barriers */
+    int by_columns;      /* direct: the threads share C's column blocks, not its rows */
     atomic_int count, generation, failed;
 } gemm_job_t;
 
@@ -1025,11 +1061,27 @@ static int64_t share(int64_t size, int64_t unit, int p, int n) {
 static void gemm_thread(gemm_job_t *job, int tid, int team) {
     const cr_gemm_args *g = job->g;
     const gemm_ops_t *ops = job->isa->gemm;
+    const int64_t block = (int64_t)job->isa->vec * job->isa->vectors;
+    if (job->direct) { /* each thread on its own: no shared P, so no barrier */
+        float *Pt = scratch((size_t)GK * (size_t)job->isa->vec + 16);
+        if (!Pt) {
+            atomic_store(&job->failed, 1);
+            return;
+        }
+        int64_t m0 = 0, m1 = g->m, c0 = 0, c1 = job->npad;
+        if (job->by_columns)
+            c0 = share(job->npad, block, tid, team), c1 = share(job->npad, block, tid + 1, team);
+        else
+            m0 = share(g->m, job->isa->rows, tid, team), m1 = share(g->m, job->isa->rows, tid + 1, team);
+        if (m1 > m0 && c1 > c0) ops->direct(g, m0, m1, c0, c1, Pt); /* n, k > 0 */
+        if (g->colsum && !job->by_columns && m1 > m0) ops->column_sums(g, m0, m1);
+        if (g->colsum && job->by_columns && tid == 0) ops->column_sums(g, 0, g->m);
+        return;
+    }
     float *Ap = scratch((size_t)GM * GK + 16);
     if (!Ap) atomic_store(&job->failed, 1);
     barrier_on(team, &job->count, &job->generation);
     if (atomic_load(&job->failed)) return; /* every thread sees it: none waits at a barrier */
-    const int64_t block = (int64_t)job->isa->vec * job->isa->vectors;
     const int64_t m0 = share(g->m, job->isa->rows, tid, team);
     const int64_t m1 = share(g->m, job->isa->rows, tid + 1, team);
     const int64_t c0 = share(job->npad, block, tid, team), c1 = share(job->npad, block, tid + 1, team);
@@ -1073,6 +1125,7 @@ int cr_gemm(const cr_gemm_args *g) {
     cr_gemm_args args = *g;
     if (args.n == 0) args.ldc = 0; /* colsum alone */
     gemm_job_t job = {.g = &args, .isa = isa_of(cr_level())};
+    job.direct = gemm_direct(args.m, args.n, args.k);
     atomic_init(&job.count, 0);
     atomic_init(&job.generation, 0);
     atomic_init(&job.failed, 0);
@@ -1087,6 +1140,10 @@ int cr_gemm(const cr_gemm_args *g) {
     }
     for (int64_t c = 0; c < job.npad; c++) job.col[c] = c < args.n ? c : -1;
     int64_t blocks = (args.m + job.isa->rows - 1) / job.isa->rows;
+    if (job.direct && args.m <= GM) { /* few rows: the threads share B's columns instead */
+        const int64_t block = (int64_t)job.isa->vec * job.isa->vectors;
+        job.by_columns = 1, blocks = (job.npad + block - 1) / block;
+    }
     int64_t want = args.threads < blocks ? args.threads : blocks;
     if (want > CR_MAX_THREADS) want = CR_MAX_THREADS;
     if (args.m * (args.n + 1) * args.k < (1 << 18)) want = 1; /* less than a barrier's worth */

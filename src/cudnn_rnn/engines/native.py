@@ -98,12 +98,14 @@ from cudnn_rnn.engines.native_library import (
     library_path,
 )
 from cudnn_rnn.engines.native_settings import (
+    BACKWARD_PRODUCTS,
     MICRO_KERNELS,
     PRODUCTS,
     directions_together,
     in_place_limits,
     micro_kernel,
     projection_pass_rows,
+    use_backward_products,
     use_level,
     use_micro_kernel,
     use_products,
@@ -131,6 +133,7 @@ from cudnn_rnn.engines.variant import merged as variant_merged
 
 __all__ = [
     "ABI_VERSION",
+    "BACKWARD_PRODUCTS",
     "ENGINE",
     "ENV",
     "HUGE_BYTES",
@@ -157,6 +160,7 @@ __all__ = [
     "micro_kernel",
     "projection_pass_rows",
     "supports",
+    "use_backward_products",
     "use_level",
     "use_micro_kernel",
     "use_products",

@@ -20,12 +20,14 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines.native_library import _library, level_names
 
 __all__ = [
+    "BACKWARD_PRODUCTS",
     "MICRO_KERNELS",
     "PRODUCTS",
     "directions_together",
     "in_place_limits",
     "micro_kernel",
     "projection_pass_rows",
+    "use_backward_products",
     "use_level",
     "use_micro_kernel",
     "use_products",
@@ -112,9 +114,10 @@ class use_products(_EngineSetting):
 
     ``"rule"`` (the default) keeps :func:`in_place_limits`' rule; ``"packed"`` packs the matrix
     into each thread's scratch first; ``"in_place"`` reads it where it is with dot products. The
-    two sum in different orders, so they agree to rounding, not bitwise. The choice is the
-    process's (the engine's), not the calling thread's: every call made inside the block, from
-    any thread, runs that way.
+    two sum in different orders, so they agree to rounding, not bitwise. ``r`` also sets the
+    backward's product on R (by rule in place for a call of one step, packed for more), where
+    the two ways give the same bits. The choice is the process's (the engine's), not the calling
+    thread's: every call made inside the block, from any thread, runs that way.
     """
 
     setter, defaults = "cr_set_products", (-1, -1)
@@ -126,6 +129,29 @@ class use_products(_EngineSetting):
                     f"use_products: {name} must be one of {sorted(PRODUCTS)}, got {choice!r}"
                 )
         super().__init__(PRODUCTS[r], PRODUCTS[w])
+
+
+#: :class:`use_backward_products` choices and the C library's codes for them.
+BACKWARD_PRODUCTS = {"rule": -1, "packed": 0, "direct": 1}
+
+
+class use_backward_products(_EngineSetting):
+    """Context manager: the backward's products (``cr_gemm``: the weight and input gradients)
+    one way for every call (tests, A/B). ``"rule"`` (the default) reads the operands where they
+    are when the product has at most 512 rows or sums over at most 128, and packs B otherwise;
+    ``"packed"`` and ``"direct"`` force one. Every element is the same chain of multiply-adds
+    either way, so the bits do not change (the tests hold them equal). The process's choice,
+    like :class:`use_products`."""
+
+    setter, defaults = "cr_set_gemm", (-1,)
+
+    def __init__(self, way: str) -> None:
+        if way not in BACKWARD_PRODUCTS:
+            raise ValueError(
+                "use_backward_products: way must be one of "
+                f"{sorted(BACKWARD_PRODUCTS)}, got {way!r}"
+            )
+        super().__init__(BACKWARD_PRODUCTS[way])
 
 
 def micro_kernel(batch: int) -> tuple[int, int]:
