@@ -555,6 +555,7 @@ def _planned(layer: Any, x: torch.Tensor, time_major: bool = True) -> tuple[torc
     ("layers", "bidi", "skip", "time_major", "dtype"),
     [
         (1, False, False, True, torch.float32),
+        (1, False, False, False, torch.float32),
         (2, True, False, False, torch.float32),
         (3, True, True, True, torch.float32),
         (2, False, False, True, torch.float64),
@@ -664,6 +665,56 @@ def test_a_planned_call_gives_fresh_outputs_and_falls_back_where_it_must(
         assert ran[0] == "native" and ran[1] != "native", ran
     for a, b in zip(native_out, other_out):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", list(LAYER_CLASSES))
+def test_a_planned_call_of_one_layer_runs_the_native_record_with_the_checked_bits(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48: one unidirectional layer's planned call fills the native engine's argument
+    record once (the plan's ``loop``) and runs it where the rule table picks that engine: the
+    checked path's bits on 1 to 3 threads, at every instruction set, with its own outputs; a new
+    buffer gets a record of its own; the rule is asked at every call (the native engine off: the
+    next engine's outputs, not the record's)."""
+    if not cudnn_rnn.cpu_engine().startswith("native"):
+        pytest.skip("the native engine is not the rule's CPU engine here")
+    layer = LAYER_CLASSES[mode](1, 64, direction="unidirectional", seed=1, input_size=20)
+    g = torch.Generator().manual_seed(5)
+    threads = torch.get_num_threads()
+    try:
+        with torch.no_grad():
+            for level in native.level_names():
+                for t in (1, 2, 3):
+                    torch.set_num_threads(t)
+                    with native.use_level(level):
+                        x = torch.randn(7, 4, 20, generator=g)
+                        got = _planned(layer, x)
+                        assert layer._op._plan.loop is not None
+                        for a, b in zip(got, _checked(layer, x)):
+                            assert a.shape == b.shape and torch.equal(a, b), (level, t)
+            again = _planned(layer, x)
+            assert all(a.data_ptr() != b.data_ptr() for a, b in zip(got, again))
+            record = layer._op._plan.loop
+            layer.opaque_kernel = nn.Parameter(layer.opaque_kernel.detach().clone() * 0.5)
+            halved = _planned(layer, x)
+            assert layer._op._plan.loop is not record
+            assert layer._op._plan.loop.base == layer.opaque_kernel.data_ptr()
+            for a, b in zip(halved, _checked(layer, x)):
+                assert torch.equal(a, b)
+            monkeypatch.setattr(native, "available", lambda: False)
+            other = _planned(layer, x)
+        for a, b in zip(halved, other):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        ran: list[str] = []
+        real = engines.engine_for
+        monkeypatch.setattr(
+            engines, "engine_for", lambda call: ran.append(real(call).name) or real(call)
+        )
+        with torch.no_grad():
+            _planned(layer, x)
+        assert ran and ran[0] != "native"
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.filterwarnings(r"ignore:`torch\.jit\.trace` is deprecated:DeprecationWarning")

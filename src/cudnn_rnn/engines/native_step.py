@@ -1,11 +1,14 @@
-"""One step of one unidirectional layer on the native engine, planned once: the cells' calls.
+"""One unidirectional layer on the native engine, planned once: the cells' steps and a layer's
+repeated calls without gradient.
 
 A cell stepped in a Python loop (an attention decoder, greedy search) is latency bound: at B 1
 the engine's arithmetic is a few microseconds, and the general path (:func:`.native.forward`,
 :func:`.native.backward`: a stack of layers over time, with lengths, dropout and a workspace of
 any layout) spent several times that in Python on every call (issue 48). A :class:`StepPlan`
 fills the C library's argument records once per buffer and batch (sizes, the weights' and biases'
-addresses in the buffer) and each call sets only the addresses of its own tensors.
+addresses in the buffer) and each call sets only the addresses of its own tensors. A layer's call
+without state, lengths, dropout or gradient (a tiny model's is mostly such overhead) takes the
+same plan over its steps (:meth:`StepPlan.sequence`).
 
 It makes the same calls on the same numbers as the general path, so the same bits (tested): the
 loop of one step (``cr_forward``; the output ``y`` and ``h_n`` are one tensor, which for one step
@@ -65,32 +68,37 @@ class StepGrads(NamedTuple):
 
 
 class StepPlan:
-    """The native engine's one-step calls for one buffer (``flat``, of ``layout``: one layer,
-    one direction, a cuDNN mode) and one batch size.
+    """The native engine's calls for one buffer (``flat``, of ``layout``: one layer, one
+    direction, a cuDNN mode), one batch size and one number of steps: a step with or without
+    its backward (one step: a cell's), or a sequence without gradient (a layer's call).
 
-    The caller hands CPU float32 tensors of the plan's sizes, C-contiguous: ``x [B, I]``, states
-    ``[B, H]``; it checked them (the cells' path does). The plan's own checks are the C
+    The caller hands CPU float32 tensors of the plan's sizes, C-contiguous: ``x [B, I]`` (a
+    sequence's ``[T, B, I]``), states ``[B, H]``; it checked them (the cells' path and the
+    planned call do). The plan's own checks are the C
     library's (sizes and pointers).
     """
 
-    __slots__ = ("_bw", "_fw", "_w_ih", "batch", "flat", "gates", "input_size", "mode", "units")
+    __slots__ = (
+        "_bw", "_fw", "_w_ih", "base", "batch", "flat", "gates", "input_size", "mode", "steps",
+        "units",
+    )  # fmt: skip
 
-    def __init__(self, layout: Layout, flat: Tensor, batch: int) -> None:
+    def __init__(self, layout: Layout, flat: Tensor, batch: int, steps: int = 1) -> None:
         spec = layout.spec
         assert spec.num_layers == 1 and spec.num_dirs == 1 and spec.num_proj is None
         assert spec.variant.is_cudnn and flat.is_contiguous() and flat.dtype == torch.float32
-        self.flat, self.batch, self.mode = flat, batch, spec.mode
+        self.flat, self.batch, self.mode, self.steps = flat, batch, spec.mode, steps
         self.units, self.input_size = spec.num_units, spec.input_size
         self.gates = spec.num_gates
         f = layout.fused[0]
         assert f.w_ih is not None  # (the cells have input weights)
-        base = flat.data_ptr()
+        base = self.base = flat.data_ptr()
         gru = spec.mode == CUDNN_GRU
         h, gh = self.units, self.gates * self.units
         self._w_ih = base + 4 * f.w_ih.offset
         w_hh, b_ih, b_hh = (base + 4 * b.offset for b in (f.w_hh, f.b_ih, f.b_hh))
         fw = _ForwardArgs(
-            mode=MODE_CODES[spec.mode], steps=1, batch=batch, units=h, gi_st=batch * gh,
+            mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=h, gi_st=batch * gh,
             gi_sb=gh, y_st=batch * h, y_sb=h, input_size=self.input_size,
         )  # fmt: skip
         # As native.forward: LSTM and RNN add both biases to the input term, the GRU's bR
@@ -105,10 +113,29 @@ class StepPlan:
         bw.r = w_hh
         self._bw = bw
 
+    def sequence(
+        self, x: Tensor, h0: Tensor, c0: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """No gradient, the plan's steps: ``(y [T, B, H], h_n [1, B, H], c_n or None)`` from
+        ``x [T, B, I]`` and states ``[B, H]`` (a layer's call with zero states, lengths and
+        dropout: :func:`~cudnn_rnn.operator.routes.planned_call`'s)."""
+        a = _ForwardArgs.from_buffer_copy(self._fw)
+        a.threads = torch.get_num_threads()
+        y = x.new_empty(self.steps, self.batch, self.units)
+        hn = x.new_empty(1, self.batch, self.units)
+        a.x, a.h0, a.y, a.hn = x.data_ptr(), h0.data_ptr(), y.data_ptr(), hn.data_ptr()
+        cn = None
+        if c0 is not None:
+            cn = x.new_empty(1, self.batch, self.units)
+            a.c0, a.cn = c0.data_ptr(), cn.data_ptr()
+        _call("cr_forward", a)
+        return y, hn, cn
+
     def forward(
         self, x: Tensor, h0: Tensor, c0: Tensor | None, keep: bool
     ) -> tuple[Tensor, Tensor | None, StepSaved | None]:
-        """``(h_1, c_1 or None, what the backward needs or None)``; ``keep``: for a backward."""
+        """One step (a plan of one): ``(h_1, c_1 or None, what the backward needs or None)``;
+        ``keep``: for a backward."""
         a = _ForwardArgs.from_buffer_copy(self._fw)  # (a call's own: C runs without the GIL)
         a.threads = torch.get_num_threads()
         h1 = x.new_empty(self.batch, self.units)

@@ -22,7 +22,9 @@ from torch import Tensor
 from cudnn_rnn import export
 from cudnn_rnn.core.constants import CUDNN_LSTM
 from cudnn_rnn.core.spec import RNNSpec
+from cudnn_rnn.engines import engine_for, native
 from cudnn_rnn.engines.base import Call
+from cudnn_rnn.engines.native_step import StepPlan
 from cudnn_rnn.operator.autograd import _APPLY, _RNNFunction
 from cudnn_rnn.operator.implementation import (
     ForwardArgs,
@@ -42,7 +44,9 @@ from cudnn_rnn.operator.library import _rnn_op
 class EagerPlan(NamedTuple):
     """What a layer keeps between its calls without state, lengths, dropout or gradient, to
     make the next such call with the same kind of input cheaper (see :func:`planned_call`):
-    the call as the rule table sees it and zero initial states (read only, shared by calls)."""
+    the call as the rule table sees it, zero initial states (read only, shared by calls) and,
+    for one unidirectional cuDNN-mode layer on a CPU float32 buffer, the native engine's
+    argument record for the call, filled once (used where the rule table picks that engine)."""
 
     call: Call
     shape: torch.Size  # of x as the caller passes it
@@ -50,6 +54,7 @@ class EagerPlan(NamedTuple):
     params_shape: tuple[int, ...]
     h0: Tensor
     c0: Tensor | None
+    loop: StepPlan | None
 
 
 def planned_call(
@@ -89,6 +94,12 @@ def planned_call(
         if plan is None:
             return None
     xt = x if time_major else x.transpose(0, 1).contiguous()
+    if plan.loop is not None and engine_for(plan.call) is native.ENGINE:
+        if params.data_ptr() != plan.loop.base:  # a new buffer: its addresses
+            plan = plan._replace(loop=_loop(plan.call, params))
+        assert plan.loop is not None
+        y, hy, cy = plan.loop.sequence(xt, plan.h0, plan.c0)
+        return plan, ((y if time_major else y.transpose(0, 1)), hy, cy)
     args = ForwardArgs(
         params, xt, plan.h0, plan.c0, None, None, static_of(spec), 0.0, 0, False, False
     )
@@ -112,7 +123,22 @@ def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> Eag
     call = Call(layout, x.device, x.dtype, steps, batch, False, False, False)
     h0 = x.new_zeros(spec.num_states, batch, spec.output_units)
     c0 = x.new_zeros(spec.num_states, batch, spec.num_units) if spec.mode == CUDNN_LSTM else None
-    return EagerPlan(call, x.shape, time_major, params.shape, h0, c0)
+    return EagerPlan(call, x.shape, time_major, params.shape, h0, c0, _loop(call, params))
+
+
+def _loop(call: Call, params: Tensor) -> StepPlan | None:
+    """The native engine's record for ``call`` on ``params`` where it can run it as one loop
+    (one unidirectional cuDNN-mode layer: the same call :func:`.native.forward` makes, so the
+    same bits), else None."""
+    spec = call.layout.spec
+    if (
+        spec.num_layers * spec.num_dirs != 1
+        or not spec.variant.is_cudnn
+        or not native.supports(spec, params.device, params.dtype)
+        or not params.is_contiguous()
+    ):
+        return None
+    return StepPlan(call.layout, params, call.batch, call.steps)
 
 
 @functools.lru_cache(maxsize=64)
