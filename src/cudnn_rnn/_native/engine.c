@@ -1041,8 +1041,8 @@ typedef struct {
     const isa_t *isa;
     int threads;         /* our team's size (OpenMP's is its own) */
     int64_t npad;        /* B's columns rounded up to whole vectors */
-    int64_t *col;        /* npad column numbers, -1 for a pad */
-    float *P;            /* B's packed chunk, GK x npad: shared by the team */
+    int64_t *col;        /* npad column numbers, -1 for a pad (packed only) */
+    float *P;            /* B's packed chunk, GK x npad: shared by the team (packed only) */
     int direct;          /* nothing packed (gemm_direct): no P, no barriers */
     int by_columns;      /* direct: the threads share C's column blocks, not its rows */
     atomic_int count, generation, failed;
@@ -1131,14 +1131,16 @@ int cr_gemm(const cr_gemm_args *g) {
     atomic_init(&job.failed, 0);
     const int64_t vec = job.isa->vec;
     job.npad = (args.n + vec - 1) / vec * vec;
-    job.col = malloc((size_t)(job.npad > 0 ? job.npad : 1) * sizeof(int64_t));
-    job.P = aligned_floats((int64_t)GK * job.npad);
-    if (!job.col || !job.P) {
-        free(job.col);
-        free(job.P);
-        return 1;
+    if (!job.direct) { /* the packed way's column map and B's shared chunk */
+        job.col = malloc((size_t)(job.npad > 0 ? job.npad : 1) * sizeof(int64_t));
+        job.P = aligned_floats((int64_t)GK * job.npad);
+        if (!job.col || !job.P) {
+            free(job.col);
+            free(job.P);
+            return 1;
+        }
+        for (int64_t c = 0; c < job.npad; c++) job.col[c] = c < args.n ? c : -1;
     }
-    for (int64_t c = 0; c < job.npad; c++) job.col[c] = c < args.n ? c : -1;
     int64_t blocks = (args.m + job.isa->rows - 1) / job.isa->rows;
     if (job.direct && args.m <= GM) { /* few rows: the threads share B's columns instead */
         const int64_t block = (int64_t)job.isa->vec * job.isa->vectors;

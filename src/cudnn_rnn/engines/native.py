@@ -59,7 +59,8 @@ Modules: this one runs the loops (:func:`forward`, :func:`backward`, the rule ta
 :mod:`~cudnn_rnn.engines.native_boundary` checks every tensor on its way to C (and runs the
 backward's products), :mod:`~cudnn_rnn.engines.native_workspace` lays out the workspace and gives
 its memory back, :mod:`~cudnn_rnn.engines.native_step` makes one step of one layer (a cell's
-call) with the library's argument records filled once. Their public names are this module's
+call), or a one-layer call without gradient (a layer's planned call), with the library's argument
+records filled once. Their public names are this module's
 too.
 """
 

@@ -14,7 +14,8 @@ takes the opaque buffer. Five modules, one idea each, each importing only those 
 - :mod:`~cudnn_rnn.operator.routes`: the one way in. Every layer, op, cell and
   ``cudnn_rnn.nn`` module calls :func:`rnn` (the layers' zero-state calls go through
   :func:`planned_call`, which keeps the call between calls and then runs the same
-  implementation); :func:`route` is the one rule that picks how the call reaches the
+  implementation, or for one unidirectional layer the native engine's argument record, filled
+  once); :func:`route` is the one rule that picks how the call reaches the
   implementation (:class:`Route`); a cell's step in plain eager execution takes
   :func:`step`, the same implementation without a sequence's arguments;
 - :mod:`~cudnn_rnn.operator.planned_step`: a cell's step where the rule table picks the native
