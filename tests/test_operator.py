@@ -556,6 +556,7 @@ def _planned(layer: Any, x: torch.Tensor, time_major: bool = True) -> tuple[torc
     [
         (1, False, False, True, torch.float32),
         (1, False, False, False, torch.float32),
+        (1, False, True, True, torch.float32),
         (2, True, False, False, torch.float32),
         (3, True, True, True, torch.float32),
         (2, False, False, True, torch.float64),

@@ -128,11 +128,13 @@ def _new_plan(spec: RNNSpec, params: Tensor, x: Tensor, time_major: bool) -> Eag
 
 def _loop(call: Call, params: Tensor) -> StepPlan | None:
     """The native engine's record for ``call`` on ``params`` where it can run it as one loop
-    (one unidirectional cuDNN-mode layer: the same call :func:`.native.forward` makes, so the
-    same bits), else None."""
+    (one unidirectional cuDNN-mode layer with input weights: the same call
+    :func:`.native.forward` makes, so the same bits), else None (``skip_input``, whose input
+    goes into every gate, takes the engine's general path)."""
     spec = call.layout.spec
     if (
         spec.num_layers * spec.num_dirs != 1
+        or call.layout.fused[0].w_ih is None
         or not spec.variant.is_cudnn
         or not native.supports(spec, params.device, params.dtype)
         or not params.is_contiguous()
