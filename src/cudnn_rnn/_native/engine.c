@@ -1069,10 +1069,11 @@ static void gemm_thread(gemm_job_t *job, int tid, int team) {
             return;
         }
         int64_t m0 = 0, m1 = g->m, c0 = 0, c1 = job->npad;
+        const int64_t rows = job->isa->rows;
         if (job->by_columns)
             c0 = share(job->npad, block, tid, team), c1 = share(job->npad, block, tid + 1, team);
         else
-            m0 = share(g->m, job->isa->rows, tid, team), m1 = share(g->m, job->isa->rows, tid + 1, team);
+            m0 = share(g->m, rows, tid, team), m1 = share(g->m, rows, tid + 1, team);
         if (m1 > m0 && c1 > c0) ops->direct(g, m0, m1, c0, c1, Pt); /* n, k > 0 */
         if (g->colsum && !job->by_columns && m1 > m0) ops->column_sums(g, m0, m1);
         if (g->colsum && job->by_columns && tid == 0) ops->column_sums(g, 0, g->m);
