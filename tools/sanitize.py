@@ -73,6 +73,7 @@ QUICK = [
     "tests/test_layouts.py::test_op_level",
     "tests/engines/test_native_variants.py::test_same_bits_on_every_thread_count",
     "tests/nn/test_planned_step.py::test_the_planned_step_gives_the_operators_bits",
+    "tests/nn/test_planned_step.py::test_the_gradients_asked_for_are_the_operators_bits",
     "tests/engines/test_same_bits.py::test_the_backward_products_give_the_same_bits_packed_and_direct",
     "tests/engines/test_same_bits.py::test_the_backward_reads_r_in_place_with_the_packed_bits",
     "tests/test_operator.py::test_a_planned_call_of_one_layer_runs_the_native_record_with_the_checked_bits",

@@ -125,6 +125,39 @@ def test_the_planned_step_gives_avx2s_bits_at_avx512() -> None:
         assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True)), kind
 
 
+#: Parameters frozen (requires_grad False), and whether the input asks for its gradient: the
+#: backward's products are then a subset (the biases' sums alone, the weights' alone, no dx).
+FROZEN = [
+    (("weight_ih", "weight_hh"), True),
+    (("bias_ih", "bias_hh"), True),
+    (("weight_hh", "bias_ih"), False),
+    ((), False),
+]
+
+
+@pytest.mark.parametrize("kind", CELLS)
+@pytest.mark.parametrize(("frozen", "input_grad"), FROZEN, ids=str)
+def test_the_gradients_asked_for_are_the_operators_bits(
+    kind: str, frozen: tuple, input_grad: bool
+) -> None:
+    lstm, results = kind == "lstm", []
+    cells = _cells(kind, 20, 33)
+    for cell in cells:
+        for name in frozen:
+            getattr(cell, name).requires_grad_(False)
+        xs, state = _inputs(kind, 3, 20, 33)
+        xs.requires_grad_(input_grad)
+        loss = torch.zeros(())
+        for x in xs:
+            state = cell(x, state)
+            loss = loss + (state[0] if lstm else state).square().sum()
+        wrt = ([xs] if input_grad else []) + [p for p in cell.parameters() if p.requires_grad]
+        results.append(torch.autograd.grad(loss, wrt))
+    assert isinstance(cells[0]._plan[3], StepPlan)  # the planned path ran
+    for k, (a, b) in enumerate(zip(*results, strict=True)):
+        assert torch.equal(a, b), (kind, frozen, k, (a - b).abs().max())
+
+
 @pytest.mark.parametrize("kind", CELLS)
 def test_a_second_backward_through_a_step_gives_the_same_gradients(kind: str) -> None:
     cell, _ = _cells(kind, 6, 8)

@@ -44,7 +44,7 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 18
+#define CR_ABI_VERSION 19
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -1162,6 +1162,22 @@ int cr_gemm(const cr_gemm_args *g) {
     free(job.col);
     free(job.P);
     return atomic_load(&job.failed) ? 1 : 0;
+}
+
+/* A step's backward and its products in one call (ABI 19: a cell's step, engines/native_step.py):
+ * the backward (NULL: none), then the `count` products in order, each run as cr_gemm runs it
+ * alone (so the same bits as the calls one by one). Stops at the first that fails, with its code. */
+typedef struct {
+    const cr_backward_args *backward;
+    const cr_gemm_args *products;
+    int64_t count;
+} cr_chain_args;
+
+int cr_chain(const cr_chain_args *a) {
+    if (!a || a->count < 0 || (a->count > 0 && !a->products)) return 2;
+    int rc = a->backward ? cr_backward(a->backward) : 0;
+    for (int64_t i = 0; rc == 0 && i < a->count; i++) rc = cr_gemm(&a->products[i]);
+    return rc;
 }
 
 /* madvise(advice) over the whole units of `unit` bytes inside [p, p + bytes); 0, or -1 where

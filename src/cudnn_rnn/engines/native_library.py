@@ -47,7 +47,7 @@ ISA_ENV = "CUDNN_RNN_NATIVE_ISA"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 18
+ABI_VERSION = 19
 #: The C library's mode codes: cuDNN's (the mode table's), checked against the library's own
 #: gate counts when it loads.
 MODE_CODES = {name: m.code for name, m in MODES.items()}
@@ -102,6 +102,12 @@ class _GemmArgs(ctypes.Structure):
     """Mirror of ``cr_gemm_args`` in engine.c."""
 
     _fields_ = _fields("at m n k *a lda *b ldb *c ldc accumulate *colsum threads")
+
+
+class _ChainArgs(ctypes.Structure):
+    """Mirror of ``cr_chain_args`` in engine.c: a backward, then products, in one call."""
+
+    _fields_ = _fields("*backward *products count")
 
 
 class _Library:
@@ -176,6 +182,7 @@ def _load() -> ctypes.CDLL:
     lib.cr_forward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_backward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_gemm.argtypes = [ctypes.POINTER(_GemmArgs)]
+    lib.cr_chain.argtypes = [ctypes.POINTER(_ChainArgs)]
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
     lib.cr_release.argtypes = [_PTR, _I64]

@@ -15,7 +15,9 @@ loop of one step (``cr_forward``; the output ``y`` and ``h_n`` are one tensor, w
 hold the same values), its backward (``cr_backward``, with the step's gradient as ``dy`` and no
 ``dh_n``: C adds the two, and ``x + 0`` is ``x``) and the weight gradients' products
 (``cr_gemm``: :func:`~cudnn_rnn.engines.common.recurrent_grads` and
-:func:`~cudnn_rnn.engines.common.input_grads`' calls, on the same operands). What differs is
+:func:`~cudnn_rnn.engines.common.input_grads`' calls, on the same operands), the backward and
+its products in one C call (``cr_chain``: each Python-to-C call costs more than a B 1 product).
+What differs is
 where the workspace lives: the gates (and the LSTM's cell state or the GRU's ``ghn``) in tensors
 of their own, and their gradients in new ones, so a second backward through a step reads what the
 forward left (no forward again).
@@ -28,6 +30,7 @@ four modes (no variant), one layer, one direction, no projection.
 
 from __future__ import annotations
 
+from ctypes import addressof
 from typing import NamedTuple
 
 import torch
@@ -39,6 +42,7 @@ from cudnn_rnn.engines.native_library import (
     MODE_CODES,
     _BackwardArgs,
     _call,
+    _ChainArgs,
     _ForwardArgs,
     _GemmArgs,
 )
@@ -185,65 +189,52 @@ class StepPlan:
         b.dy, b.dcy = dh1.data_ptr(), (None if dc1 is None else dc1.data_ptr())
         b.dgi, b.dghn = dgi.data_ptr(), (None if dghn is None else dghn.data_ptr())
         b.dh0, b.dc0 = dh0.data_ptr(), (None if dc0 is None else dc0.data_ptr())
-        _call("cr_backward", b)
+        g, i, hp = dgi.data_ptr(), self.input_size, h0.data_ptr()
+        # The products after the backward, in cr_chain's one call: the records that
+        # engines/common.py's recurrent_grads and input_grads make, on the same operands.
+        products: list[_GemmArgs] = []
         dw_ih = dw_hh = db_ih = db_hh = dx = None
-        g, i = dgi.data_ptr(), self.input_size
         if need_w or need_b:
             dw_hh = x.new_empty(gh, h) if need_w else None
             db_ih = x.new_empty(gh) if need_b else None
             db_hh = x.new_empty(gh) if need_b else None
-            # recurrent_grads: dR = dgi^T h0 with the biases' column sums; the GRU's
-            # candidate third from dghn, and bW's sums over all of dgi.
+            n, w = (h, dw_hh.data_ptr()) if dw_hh is not None else (0, 0)
+            bi = 0 if db_ih is None else db_ih.data_ptr()
+            bh = 0 if db_hh is None else db_hh.data_ptr()
+            # dR = dgi^T h0 with the biases' column sums; the GRU's candidate third from
+            # dghn (its rows of dR and bR at an offset), and bW's sums over all of dgi.
             if gru:
                 assert dghn is not None
-                _sum_rows(batch, 2 * h, g, gh, h0, dw_hh, db_hh, threads)
-                _sum_rows(batch, h, dghn.data_ptr(), h, h0, dw_hh, db_hh, threads, 2 * h)
-                _sum_rows(batch, gh, g, gh, None, None, db_ih, threads)
-            else:
-                _sum_rows(batch, gh, g, gh, h0, dw_hh, db_ih, threads)
-                if db_hh is not None and db_ih is not None:
-                    db_hh.copy_(db_ih)
-        if need_w:  # input_grads: dW = dgi^T x
+                products.append(_sums(threads, batch, 2 * h, g, gh, hp, n, w, bh))
+                products.append(_sums(
+                    threads, batch, h, dghn.data_ptr(), h, hp, n, w and w + 4 * 2 * h * h,
+                    bh and bh + 4 * 2 * h,
+                ))  # fmt: skip
+                if bi:
+                    products.append(_sums(threads, batch, gh, g, gh, 0, 0, 0, bi))
+            else:  # bR's gradient is bW's: the same sums again, so the same bits
+                products.append(_sums(threads, batch, gh, g, gh, hp, n, w, bi))
+                if bh:
+                    products.append(_sums(threads, batch, gh, g, gh, 0, 0, 0, bh))
+        if need_w:  # dW = dgi^T x
             dw_ih = x.new_empty(gh, i)
-            _sum_rows(batch, gh, g, gh, x, dw_ih, None, threads)
+            products.append(_sums(threads, batch, gh, g, gh, x.data_ptr(), i, dw_ih.data_ptr(), 0))
         if need_dx:  # dx = dgi W (W where it is in the buffer)
             dx = x.new_empty(batch, i)
-            _product(0, batch, i, gh, g, gh, self._w_ih, i, dx.data_ptr(), None, threads)
+            products.append(
+                _GemmArgs(0, batch, i, gh, g, gh, self._w_ih, i, dx.data_ptr(), i, 0, None, threads)
+            )
+        records = (_GemmArgs * len(products))(*products)
+        _call("cr_chain", _ChainArgs(addressof(b), addressof(records), len(products)))
         return StepGrads(dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh)
 
 
-def _sum_rows(
-    k: int,
-    m: int,
-    a: int,
-    lda: int,
-    b: Tensor | None,
-    c: Tensor | None,
-    colsum: Tensor | None,
-    threads: int,
-    row: int = 0,
-) -> None:
-    """``c[row:row + m] = A^T @ b`` and ``colsum[row:row + m]`` ``A``'s column sums, each where
-    given (``b`` None: the sums alone): sums over ``k`` rows, ``A``'s ``m`` columns at address
-    ``a`` with row stride ``lda``, ``b [k, n]``, ``c [., n]``; the calls
-    :func:`~cudnn_rnn.engines.common.recurrent_grads` and
-    :func:`~cudnn_rnn.engines.common.input_grads` make, on the same operands."""
-    n = 0 if c is None or b is None else int(b.shape[1])
-    if n == 0 and colsum is None:
-        return
-    _product(
-        1, m, n, k, a, lda, None if n == 0 or b is None else b.data_ptr(), n,
-        None if n == 0 or c is None else c.data_ptr() + 4 * row * n,
-        None if colsum is None else colsum.data_ptr() + 4 * row, threads,
+def _sums(
+    threads: int, k: int, m: int, a: int, lda: int, b: int, n: int, c: int, colsum: int
+) -> _GemmArgs:
+    """The ``cr_gemm`` record of ``c = A^T @ b`` (``n`` columns; 0: none) and ``colsum``
+    ``A``'s column sums (0: none): sums over ``k`` rows, ``A``'s ``m`` columns at address ``a``
+    with row stride ``lda``, ``b [k, n]``, ``c [m, n]`` (addresses)."""
+    return _GemmArgs(
+        1, m, n, k, a, lda, b if n else None, n, c if n else None, n, 0, colsum or None, threads
     )  # fmt: skip
-
-
-def _product(
-    at: int, m: int, n: int, k: int, a: int, lda: int, b: int | None, ldb: int,
-    c: int | None, colsum: int | None, threads: int,
-) -> None:  # fmt: skip
-    """``cr_gemm`` on addresses (see ``cr_gemm_args`` in engine.c; ``n`` 0: the sums alone)."""
-    _call("cr_gemm", _GemmArgs(
-        at=at, m=m, n=n, k=k, a=a, lda=lda, b=b, ldb=ldb if b is not None else 0, c=c,
-        ldc=n if c is not None else 0, colsum=colsum, threads=threads,
-    ))  # fmt: skip

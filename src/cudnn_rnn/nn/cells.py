@@ -241,8 +241,10 @@ class _Cell(tnn.Module):
             or any(s.requires_grad for s in states)
             or any(p.requires_grad for p in params)  # type: ignore[union-attr]
         )
-        # Nothing but plain eager execution sees it (a mode or a profiler sees the operator).
-        if route(need_grad, False, flat, input, *states) not in (Route.DIRECT, Route.DIRECT_GRAD):
+        # Nothing but plain eager execution sees it (a mode or a profiler sees the operator):
+        # the route without gradient, whose rule is the one with it less the compiler and the
+        # transforms, which are off here (above).
+        if route(False, False, flat, input, *states) is not Route.DIRECT:
             return None
         if not states:
             zeros = input.new_zeros(size)
