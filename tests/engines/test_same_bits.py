@@ -21,7 +21,7 @@ import torch
 
 from cudnn_rnn import ops
 from cudnn_rnn.engines import native, native_boundary, native_library
-from tests.support.isa import isa_params
+from tests.support.isa import isa_params, threads_kept
 
 LEVELS = native.level_names()
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +57,7 @@ def _one_call(mode: str, direction: str, lengths: bool) -> list[torch.Tensor]:
 
 
 def _same_on_every_thread_count(mode: str, direction: str, lengths: bool) -> None:
-    threads = torch.get_num_threads()
-    try:
+    with threads_kept():
         torch.set_num_threads(1)
         want = _one_call(mode, direction, lengths)
         for n in THREADS[1:]:
@@ -72,8 +71,6 @@ def _same_on_every_thread_count(mode: str, direction: str, lengths: bool) -> Non
                     f"{name} differs on {n} threads from 1",
                     native.describe(),
                 )
-    finally:
-        torch.set_num_threads(threads)
 
 
 @needs_engine
@@ -138,8 +135,7 @@ def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(le
     of float64 matmul, and the same bits on 1, 2, 3 and 5 threads; a slice of columns (rows
     apart) reads and writes only its own elements."""
     g = torch.Generator().manual_seed(4)
-    threads = torch.get_num_threads()
-    try:
+    with threads_kept():
         with native.use_level(level):
             for m, n, k in SHAPES:
                 for at in (False, True):
@@ -171,8 +167,6 @@ def test_the_backward_products_match_float64_and_repeat_on_every_thread_count(le
             torch.testing.assert_close(wide[10:60, 5:35], a[:, 10:60].t() @ b)
             wide[10:60, 5:35] = 0
             assert not wide.any()  # nothing written outside the slice
-    finally:
-        torch.set_num_threads(threads)
 
 
 @needs_engine
@@ -183,9 +177,8 @@ def test_the_backward_products_give_the_same_bits_packed_and_direct(level: str) 
     the two agree bitwise, on 1 to 3 threads, with column tails, accumulation, and operands that
     are slices of wider matrices (row strides above their widths)."""
     g = torch.Generator().manual_seed(6)
-    threads = torch.get_num_threads()
     shapes = [*SHAPES, (600, 70, 300), (40, 256, 1024), (96, 48, 130), (513, 20, 129)]
-    try:
+    with threads_kept():
         with native.use_level(level):
             for m, n, k in shapes:
                 for at in (False, True):
@@ -206,8 +199,6 @@ def test_the_backward_products_give_the_same_bits_packed_and_direct(level: str) 
                     for key, (c, sums) in got.items():
                         assert torch.equal(c, first[0]), (m, n, k, at, key)
                         assert sums is None or torch.equal(sums, first[1]), (m, n, k, at, key)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @needs_engine
@@ -220,9 +211,8 @@ def test_the_backward_reads_r_in_place_with_the_packed_bits(level: str, mode: st
     products the forcing would change), every gradient agrees bitwise, one step and three, units
     a whole number of vectors or not, on 1 to 3 threads."""
     g = torch.Generator().manual_seed(7)
-    threads = torch.get_num_threads()
     lstm = mode == "lstm"
-    try:
+    with threads_kept():
         with native.use_level(level):
             for steps, units in ((1, 256), (3, 32), (1, 20)):
                 op = CLASSES[mode](1, units, 24)
@@ -243,8 +233,6 @@ def test_the_backward_reads_r_in_place_with_the_packed_bits(level: str, mode: st
                 for grads in got[1:]:
                     for a, b in zip(got[0], grads):
                         assert torch.equal(a, b), (mode, steps, units)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @needs_engine

@@ -22,7 +22,7 @@ from torch import nn as tnn
 import cudnn_rnn.nn as cnn
 from cudnn_rnn.engines import native
 from cudnn_rnn.engines.native_step import StepPlan
-from tests.support.isa import isa_params
+from tests.support.isa import isa_params, threads_kept
 
 needs_engine = pytest.mark.skipif(not native.level_names(), reason="the native engine is not built")
 pytestmark = needs_engine
@@ -93,8 +93,7 @@ def test_the_planned_step_gives_the_operators_bits(kind: str, size: tuple, bias:
 
 @pytest.mark.parametrize("level", isa_params())
 def test_the_planned_step_has_the_same_bits_on_every_thread_count(level: str) -> None:
-    threads = torch.get_num_threads()
-    try:
+    with threads_kept():
         with native.use_level(level):
             for kind in CELLS:
                 for batch, inputs, units in SIZES[1:]:
@@ -107,8 +106,6 @@ def test_the_planned_step_has_the_same_bits_on_every_thread_count(level: str) ->
                         got = _loop(cell, xs, state, kind == "lstm")
                         for k, (a, b) in enumerate(zip(want, got, strict=True)):
                             assert torch.equal(a, b), (level, kind, units, n, k)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.mark.skipif(
