@@ -174,9 +174,10 @@ def test_convert_errors_and_output_are_one_escaped_line(
     args = ["convert", str(hostile), str(tmp_path / "y.safetensors"), "--model", "\u202e"]
     for code, out, err in _run(args, capsys, installed=False):
         assert (code, err) == (0, "") and out.count("\n") == 1 and _clean(out), out
-    # An output name with such characters is refused in one escaped line, and nothing written.
+    # An output name with such characters is refused in one escaped line, and nothing written
+    # (through main: the first case above had the installed command write an error line).
     dst = tmp_path / "out\x1b[2J\n.h5"
-    for code, out, err in _run(["convert", str(hostile), str(dst)], capsys):
+    for code, out, err in _run(["convert", str(hostile), str(dst)], capsys, installed=False):
         assert code == 2 and out == "" and err.count("\n") == 1 and _clean(err), err
         assert repr(str(dst)) in err
     assert not dst.exists()
