@@ -46,7 +46,15 @@ def _names(*names: str) -> tuple[str, ...]:
 LEVELS: tuple[tuple[str, ...], ...] = (
     _names("core", "errors", "_moved"),
     _names("io"),
-    _names("validation", "initializers", "unbuilt", "operator", "export", "engines"),
+    _names(
+        "validation",
+        "initializers",
+        "constant_result",
+        "unbuilt",
+        "operator",
+        "export",
+        "engines",
+    ),
     _names("ops", "layer_base", "layers", "cells", "nn", "saveable", "checkpointable"),
     _names("converters", "convert", "checkpoint"),
     _names("cli"),

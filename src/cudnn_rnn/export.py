@@ -55,6 +55,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_rnn.constant_result import constant_result
 from cudnn_rnn.core.constants import (
     CUDNN_INPUT_LINEAR_MODE,
     CUDNN_INPUT_SKIP_MODE,
@@ -97,7 +98,7 @@ def onnx_exporting(traced: bool) -> bool:
     return torch._C._get_tracing_state() is not None and _in_onnx_export()
 
 
-@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]
+@constant_result
 def _in_onnx_export() -> bool:
     # Evaluated, not traced: dynamo takes torch.onnx.is_in_onnx_export() for False, so the
     # exporter's fallback that traces with dynamo (strict) would record the operator and fail

@@ -10,15 +10,9 @@ whether ``fullgraph`` is set or not: the advice is then the error's whole messag
 
 from __future__ import annotations
 
-import torch
+from cudnn_rnn.constant_result import constant_result
 
 __all__ = ["advice", "refuse_under_compile"]
-
-try:  # dynamo's error for a mistake in the user's program; a RuntimeError
-    from torch._dynamo.exc import UserError as _DynamoUserError
-    from torch._dynamo.exc import UserErrorType as _DynamoUserErrorType
-except ImportError:  # pragma: no cover - a torch without it
-    _DynamoUserError = None  # type: ignore[assignment,misc]
 
 
 def advice(cls: str) -> str:
@@ -30,9 +24,12 @@ def advice(cls: str) -> str:
     )
 
 
-@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]
+@constant_result
 def refuse_under_compile(cls: str) -> None:
-    """Raise :func:`advice` as the error's first line (see the module)."""
-    if _DynamoUserError is None:  # pragma: no cover
-        raise RuntimeError(advice(cls))
-    raise _DynamoUserError(_DynamoUserErrorType.INVALID_INPUT, advice(cls))
+    """Raise :func:`advice` as the error's first line (see the module). Run while dynamo
+    traces, so dynamo is loaded: its error is imported here, not with the package."""
+    try:  # dynamo's error for a mistake in the user's program; a RuntimeError
+        from torch._dynamo.exc import UserError, UserErrorType
+    except ImportError:  # pragma: no cover - a torch without it
+        raise RuntimeError(advice(cls)) from None
+    raise UserError(UserErrorType.INVALID_INPUT, advice(cls))
