@@ -36,10 +36,11 @@ typecheck: install
 
 # The tests in one process per core (pytest-xdist), a file's tests together in one of them (a file
 # may share a build folder or a fixture's files between its tests): 4:45 instead of 8:15 on two
-# cores. PYTEST_WORKERS=0 runs them in this process (-n 0), e.g. to debug one.
+# cores. The files with the longest tests go first (tests/conftest.py, FIRST), the rest by their
+# number of tests. PYTEST_WORKERS=0 runs them in this process (-n 0), e.g. to debug one.
 PYTEST_WORKERS ?= auto
 pytest: install
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck pytest
 

@@ -15,7 +15,38 @@ import torch
 collect_ignore_glob = ["fixtures/*"]
 
 
+#: The files with the longest tests (a sanitizer build and its run, fresh processes, mypy), run
+#: first: `make test` hands whole files to its two workers (xdist's loadfile, with
+#: --no-loadscope-reorder), and one of these left for last kept one worker busy a minute or more
+#: after the other had finished. Order only: every test runs either way.
+FIRST = (
+    "tests/engines/test_sanitize.py",
+    "tests/test_benchmark_suite.py",
+    "tests/test_discoverability.py",
+    "tests/test_fuzz.py",
+    "tests/test_distributed.py",
+    "tests/test_engine_ab.py",
+    "tests/test_export.py",
+)
+
+
+def _file_order(items: list[pytest.Item]) -> None:
+    """``items`` in place: the files of :data:`FIRST` first, then the others by their number
+    of tests, most first (as xdist orders them by default), each file's tests in their order."""
+    counts: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        counts[path] = counts.get(path, 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        return (FIRST.index(path), 0) if path in FIRST else (len(FIRST), -counts[path])
+
+    items.sort(key=rank)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _file_order(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
