@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 # Keras 3 runs on its torch backend in our tests (no TensorFlow in the test run).
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -33,16 +34,13 @@ FIRST = (
 def _file_order(items: list[pytest.Item]) -> None:
     """``items`` in place: the files of :data:`FIRST` first, then the others by their number
     of tests, most first (as xdist orders them by default), each file's tests in their order."""
-    counts: dict[str, int] = {}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        counts[path] = counts.get(path, 0) + 1
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        path = item.nodeid.split("::")[0]
-        return (FIRST.index(path), 0) if path in FIRST else (len(FIRST), -counts[path])
-
-    items.sort(key=rank)
+    paths = [item.nodeid.split("::")[0] for item in items]
+    rank = {
+        path: (FIRST.index(path), 0) if path in FIRST else (len(FIRST), -count)
+        for path, count in Counter(paths).items()
+    }
+    ranked = sorted(zip(paths, items), key=lambda pair: rank[pair[0]])  # (stable)
+    items[:] = [item for _, item in ranked]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -17,10 +17,9 @@ hold the same values), its backward (``cr_backward``, with the step's gradient a
 (``cr_gemm``: :func:`~cudnn_rnn.engines.common.recurrent_grads` and
 :func:`~cudnn_rnn.engines.common.input_grads`' calls, on the same operands), the backward and
 its products in one C call (``cr_chain``: each Python-to-C call costs more than a B 1 product).
-What differs is
-where the workspace lives: the gates (and the LSTM's cell state or the GRU's ``ghn``) in tensors
-of their own, and their gradients in new ones, so a second backward through a step reads what the
-forward left (no forward again).
+What differs is where the workspace lives: the gates (and the LSTM's cell state or the GRU's
+``ghn``) in tensors of their own, and their gradients in new ones, so a second backward through
+a step reads what the forward left (no forward again).
 
 The weights are read where they are, at every call: an edit in place is seen. A plan holds the
 buffer it was made for (its addresses stay valid while the plan lives); the caller makes a new
