@@ -546,44 +546,51 @@ def test_a_padded_batch_gives_each_sequence_the_bits_it_has_alone(
 @pytest.mark.parametrize("mode", MODES)
 def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> None:
     """The rule (docs/design_notes.md): R in place for a batch of one or a call of one step,
-    packed above; W in place for a projection of at most 128 rows (with lengths: the valid
-    ones), packed above.
+    packed above, except that a batch of one with at most 128 units packs R for a sequence of
+    at least units // 16 + 4 steps; W in place for a projection of at most 128 rows (with
+    lengths: the valid ones), packed above.
     Each call gives bitwise what forcing that way gives, and the ways differ (so the test
     sees which ran)."""
     from cudnn_rnn.layers import LAYER_CLASSES
 
     assert native.in_place_limits() == (1, 128)
     torch.manual_seed(3)
-    layer = LAYER_CLASSES[mode](1, 40, input_size=24)
+    layers = {units: LAYER_CLASSES[mode](1, units, input_size=24) for units in (40, 128, 129)}
 
     def run(batch: int, steps: int, lengths: list[int] | None = None, r: str = "rule",
-            w: str = "rule") -> torch.Tensor:  # fmt: skip
+            w: str = "rule", units: int = 40) -> torch.Tensor:  # fmt: skip
         g = torch.Generator().manual_seed(batch * 1000 + steps)
         x = torch.randn(steps, batch, 24, generator=g)
         # (one step from a zero state makes no product on R: start elsewhere, as a cell does)
         n = 2 if mode == "lstm" else 1
-        state = tuple(torch.randn(1, batch, 40, generator=g) for _ in range(n))
+        state = tuple(torch.randn(1, batch, units, generator=g) for _ in range(n))
         with torch.no_grad(), native.use_products(r, w):
-            return layer(x, state if steps == 1 else None, sequence_lengths=lengths)[0]
+            out = layers[units](x, state if steps == 1 else None, sequence_lengths=lengths)
+            return out[0]
 
-    for batch, steps, lengths, expected in (
-        (1, 128, None, ("in_place", "in_place")),
-        (1, 129, None, ("in_place", "packed")),
-        (16, 1, None, ("in_place", "in_place")),  # one step: R serves one product
-        (128, 1, None, ("in_place", "in_place")),
-        (129, 1, None, ("packed", "packed")),
-        (16, 2, None, ("packed", "in_place")),
-        (2, 64, None, ("packed", "in_place")),
-        (2, 65, None, ("packed", "packed")),
-        (3, 60, [60, 60, 8], ("packed", "in_place")),  # 128 valid rows of 180
-        (3, 60, [60, 60, 9], ("packed", "packed")),
+    for batch, steps, lengths, expected, units in (
+        (1, 5, None, ("in_place", "in_place"), 40),  # 40 // 16 + 4 = 6 steps pack R
+        (1, 6, None, ("packed", "in_place"), 40),
+        (1, 128, None, ("packed", "in_place"), 40),
+        (1, 129, None, ("packed", "packed"), 40),
+        (1, 11, None, ("in_place", "in_place"), 128),  # 12 steps pack R
+        (1, 12, None, ("packed", "in_place"), 128),
+        (1, 129, None, ("in_place", "packed"), 129),  # more than 128 units: in place
+        (16, 1, None, ("in_place", "in_place"), 40),  # one step: R serves one product
+        (128, 1, None, ("in_place", "in_place"), 40),
+        (129, 1, None, ("packed", "packed"), 40),
+        (16, 2, None, ("packed", "in_place"), 40),
+        (2, 64, None, ("packed", "in_place"), 40),
+        (2, 65, None, ("packed", "packed"), 40),
+        (3, 60, [60, 60, 8], ("packed", "in_place"), 40),  # 128 valid rows of 180
+        (3, 60, [60, 60, 9], ("packed", "packed"), 40),
     ):
-        by_rule = run(batch, steps, lengths)
-        assert torch.equal(by_rule, run(batch, steps, lengths, *expected))
+        by_rule = run(batch, steps, lengths, units=units)
+        assert torch.equal(by_rule, run(batch, steps, lengths, *expected, units=units))
         other = tuple("packed" if e == "in_place" else "in_place" for e in expected)
         for forced in ((other[0], expected[1]), (expected[0], other[1])):
-            assert not torch.equal(by_rule, run(batch, steps, lengths, *forced))
-            torch.testing.assert_close(by_rule, run(batch, steps, lengths, *forced))
+            assert not torch.equal(by_rule, run(batch, steps, lengths, *forced, units=units))
+            torch.testing.assert_close(by_rule, run(batch, steps, lengths, *forced, units=units))
 
 
 @needs_engine

@@ -20,7 +20,7 @@
  * Design (DeepCPU, Zhang et al., USENIX ATC 2018): a persistent team of threads, each owning a
  * slice of the hidden units with all gates' rows of R for them, packed once per call into its
  * own buffer (so they stay in that core's cache for the whole sequence), or read in place when
- * a batch of one makes the packing cost more than it saves (see in_place_r); the gate math runs
+ * a small batch makes the packing cost more than it saves (see in_place_r); the gate math runs
  * on the slice right after its product; one barrier per time step. The input projection's
  * column blocks are tasks any thread of the team may take (tasks_t), so a thread slowed by
  * another process does not hold up the rest there. No torch headers: only
@@ -272,18 +272,25 @@ static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->co
  * when the packed copy serves enough rows. R serves the batch at every step: in place when the
  * call's batch is at most CR_IN_PLACE_BATCH, or when the call has one step (a cell's: the packed
  * copy would serve that one product, measured 0.86-0.97 of the packed time at B 8-64) of at most
- * CR_IN_PLACE_ROWS rows (the dot products are not blocked for more: docs/design_notes.md). W serves the projection's rows once: in place when
- * they are at most CR_IN_PLACE_ROWS. The two ways sum in different orders, so the rules look
- * at the call's sizes alone (never at the rows still active at a step): a call gives the same
- * bits every time. cr_set_products forces either way (tests and benchmarks compare them). */
+ * CR_IN_PLACE_ROWS rows (the dot products are not blocked for more: docs/design_notes.md). A
+ * batch of one with at most CR_PACK_UNITS units still packs R for a sequence of at least
+ * H / 16 + 4 steps: a dot product over H <= 128 is short, so its fixed part (the tree, the
+ * stores, the loop over columns) outweighs the packing within that many steps (LSTM (25, 1, 64)
+ * took 0.69 of the in-place time, GRU (100, 1, 128) 0.74, LSTM (10, 1, 64) 0.89). W serves the
+ * projection's rows once: in place when they are at most CR_IN_PLACE_ROWS. The two ways sum in
+ * different orders, so the rules look at the call's sizes alone (never at the rows still active
+ * at a step, nor at the thread count or the machine): a call gives the same bits every time.
+ * cr_set_products forces either way (tests and benchmarks compare them). */
 #define CR_IN_PLACE_BATCH 1
 #define CR_IN_PLACE_ROWS 128
+#define CR_PACK_UNITS 128
 static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1: in place */
 
-static inline int in_place_r(int64_t batch, int64_t steps) {
+static inline int in_place_r(int64_t batch, int64_t steps, int64_t units) {
     int forced = atomic_load(&forced_r);
     if (forced >= 0) return forced;
-    return batch <= CR_IN_PLACE_BATCH || (steps == 1 && batch <= CR_IN_PLACE_ROWS);
+    if (steps == 1) return batch <= CR_IN_PLACE_ROWS;
+    return batch <= CR_IN_PLACE_BATCH && (steps < units / 16 + 4 || units > CR_PACK_UNITS);
 }
 
 /* The backward's product on R (dh = dg @ R) needs no transposition: R's rows are the rows of

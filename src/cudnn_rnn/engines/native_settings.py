@@ -80,7 +80,8 @@ class use_level(_EngineSetting):
 
 def in_place_limits() -> tuple[int, int]:
     """The forward's rule: R is read in place up to this batch (and in a call of one step, a
-    cell's, up to the second limit), W up to this many rows.
+    cell's, up to the second limit), W up to this many rows. At a batch of one with at most 128
+    units, R is packed all the same for a sequence of at least ``units // 16 + 4`` steps.
 
     Above them each thread packs the matrix into its scratch first (docs/design_notes.md,
     "Packed or in place"); ``(0, 0)`` when the engine is not loaded.
