@@ -634,7 +634,10 @@ def _memory_probe(fields: dict[str, Any], impl: str, device: str) -> int:
         f.write("5")  # reset the peak to the current resident set
     before = _peak_rss_kib()
     step()
-    return (_peak_rss_kib() - before) * 1024
+    # (A peak cannot fall, but the kernel keeps the resident set in per-CPU counters and may
+    # reset the peak to a sum that is a page or so off the one /proc shows next: a step that
+    # holds nothing more than the state before it then read -4096 once. That is 0.)
+    return max(0, _peak_rss_kib() - before) * 1024
 
 
 def measure_memory(shape: Shape, impl: str, device: str) -> int | None:
