@@ -44,7 +44,9 @@
 #include <immintrin.h>
 #endif
 
-#define CR_ABI_VERSION 19
+#include "step.h"
+
+#define CR_ABI_VERSION 20
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2
@@ -1171,19 +1173,90 @@ int cr_gemm(const cr_gemm_args *g) {
     return atomic_load(&job.failed) ? 1 : 0;
 }
 
-/* A step's backward and its products in one call (ABI 19: a cell's step, engines/native_step.py):
- * the backward (NULL: none), then the `count` products in order, each run as cr_gemm runs it
- * alone (so the same bits as the calls one by one). Stops at the first that fails, with its code. */
-typedef struct {
-    const cr_backward_args *backward;
-    const cr_gemm_args *products;
-    int64_t count;
-} cr_chain_args;
+/* ---- a cell's step (step.h) ----------------------------------------------------------------- */
 
-int cr_chain(const cr_chain_args *a) {
-    if (!a || a->count < 0 || (a->count > 0 && !a->products)) return 2;
-    int rc = a->backward ? cr_backward(a->backward) : 0;
-    for (int64_t i = 0; rc == 0 && i < a->count; i++) rc = cr_gemm(&a->products[i]);
+static int step_sizes_ok(const cr_step_args *a) {
+    return a && a->batch > 0 && a->units > 0 && a->input_size > 0 && a->w_ih && a->w_hh &&
+           a->b_ih && a->b_hh && a->x && a->h0 && a->h1 &&
+           (a->mode == CR_LSTM) == (a->c0 != NULL);
+}
+
+/* engines/native.py's forward for one step: the input projection made inside (x and W), the
+ * LSTM and RNN modes' two biases summed into the input term, the GRU's bR inside r * (...). */
+int cr_step_forward(const cr_step_args *a) {
+    if (!step_sizes_ok(a) || (a->mode == CR_LSTM && !a->c1)) return 2;
+    const int64_t h = a->units, gh = gates_of(a->mode) * h, gru = a->mode == CR_GRU;
+    cr_forward_args f = {
+        .mode = a->mode, .steps = 1, .batch = a->batch, .units = h, .threads = a->threads,
+        .gi_st = a->batch * gh, .gi_sb = gh, .bi = a->b_ih, .bi2 = gru ? NULL : a->b_hh,
+        .r = a->w_hh, .br = gru ? a->b_hh : NULL, .h0 = a->h0, .c0 = a->c0,
+        .y = a->h1, .y_st = a->batch * h, .y_sb = h, .hn = a->h1, .cn = a->c1,
+        .ws_gates = a->gates, .ws_extra = a->gates ? a->extra : NULL,
+        .x = a->x, .w = a->w_ih, .input_size = a->input_size,
+    };
+    return cr_forward(&f);
+}
+
+/* The record of c = A^T @ b (n columns; 0: none) with A's column sums into colsum (NULL:
+ * none): sums over k rows, A's m columns at a with row stride lda, b [k, n], c [m, n]. */
+static cr_gemm_args step_sums(int64_t threads, int64_t k, int64_t m, const float *a, int64_t lda,
+                              const float *b, int64_t n, float *c, float *colsum) {
+    cr_gemm_args g = {.at = 1, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = n ? b : NULL,
+                      .ldb = n, .c = n ? c : NULL, .ldc = n, .colsum = colsum,
+                      .threads = threads};
+    return g;
+}
+
+/* engines/native.py's backward for one step, then the products of engines/common.py's
+ * recurrent_grads and input_grads on the same operands, in their order: dR = dgi^T h0 with the
+ * biases' column sums (the GRU's candidate third from dghn, its rows of dR and bR at an offset,
+ * and bW's sums over all of dgi; the other modes' bR gradient is bW's, the same sums again),
+ * dW = dgi^T x, dx = dgi W. */
+int cr_step_backward(const cr_step_args *a) {
+    if (!step_sizes_ok(a) || !a->gates || !a->dh1 || !a->dh0) return 2;
+    const int64_t mode = a->mode, h = a->units, gh = gates_of(mode) * h, n_in = a->input_size;
+    const int64_t batch = a->batch, threads = a->threads, gru = mode == CR_GRU;
+    if ((mode == CR_LSTM && !a->dc0) || (gates_of(mode) > 1 && !a->extra)) return 2;
+    if ((a->dw_ih == NULL) != (a->dw_hh == NULL) || (a->db_ih == NULL) != (a->db_hh == NULL))
+        return 2;
+    float *dgi = aligned_floats(batch * gh);
+    float *dghn = gru ? aligned_floats(batch * h) : NULL;
+    if (!dgi || (gru && !dghn)) {
+        free(dgi);
+        free(dghn);
+        return 1;
+    }
+    cr_backward_args b = {
+        .mode = mode, .steps = 1, .batch = batch, .units = h, .threads = threads,
+        .r = a->w_hh, .gates = a->gates, .hout = a->h1, .extra = a->extra, .c0 = a->c0,
+        .dy = a->dh1, .dy_st = batch * h, .dy_sb = h, .dcy = a->dc1, .dgi = dgi, .dghn = dghn,
+        .dh0 = a->dh0, .dc0 = a->dc0, .hout_rs = h, .h0 = a->h0,
+    };
+    cr_gemm_args p[5];
+    int count = 0;
+    const int64_t n = a->dw_hh ? h : 0;
+    float *w = a->dw_hh, *bi = a->db_ih, *bh = a->db_hh;
+    if (w || bi) {
+        if (gru) {
+            p[count++] = step_sums(threads, batch, 2 * h, dgi, gh, a->h0, n, w, bh);
+            p[count++] = step_sums(threads, batch, h, dghn, h, a->h0, n, w ? w + 2 * h * h : NULL,
+                                   bh ? bh + 2 * h : NULL);
+            if (bi) p[count++] = step_sums(threads, batch, gh, dgi, gh, NULL, 0, NULL, bi);
+        } else {
+            p[count++] = step_sums(threads, batch, gh, dgi, gh, a->h0, n, w, bi);
+            if (bh) p[count++] = step_sums(threads, batch, gh, dgi, gh, NULL, 0, NULL, bh);
+        }
+    }
+    if (a->dw_ih) p[count++] = step_sums(threads, batch, gh, dgi, gh, a->x, n_in, a->dw_ih, NULL);
+    if (a->dx) {
+        cr_gemm_args g = {.m = batch, .n = n_in, .k = gh, .a = dgi, .lda = gh, .b = a->w_ih,
+                          .ldb = n_in, .c = a->dx, .ldc = n_in, .threads = threads};
+        p[count++] = g;
+    }
+    int rc = cr_backward(&b);
+    for (int i = 0; rc == 0 && i < count; i++) rc = cr_gemm(&p[i]);
+    free(dgi);
+    free(dghn);
     return rc;
 }
 

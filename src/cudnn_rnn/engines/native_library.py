@@ -47,7 +47,7 @@ ISA_ENV = "CUDNN_RNN_NATIVE_ISA"
 #: Loads the engine from this file instead of the package's (``make sanitize`` points it at the
 #: AddressSanitizer/UBSan build).
 LIBRARY_ENV = "CUDNN_RNN_NATIVE_LIBRARY"
-ABI_VERSION = 19
+ABI_VERSION = 20
 #: The C library's mode codes: cuDNN's (the mode table's), checked against the library's own
 #: gate counts when it loads.
 MODE_CODES = {name: m.code for name, m in MODES.items()}
@@ -104,10 +104,13 @@ class _GemmArgs(ctypes.Structure):
     _fields_ = _fields("at m n k *a lda *b ldb *c ldc accumulate *colsum threads")
 
 
-class _ChainArgs(ctypes.Structure):
-    """Mirror of ``cr_chain_args`` in engine.c: a backward, then products, in one call."""
+class _StepArgs(ctypes.Structure):
+    """Mirror of ``cr_step_args`` in step.h: one step of a cell, forward or backward."""
 
-    _fields_ = _fields("*backward *products count")
+    _fields_ = _fields(
+        "mode batch units input_size threads *w_ih *w_hh *b_ih *b_hh *x *h0 *c0 *h1 *c1 "
+        "*gates *extra *dh1 *dc1 *dx *dh0 *dc0 *dw_ih *dw_hh *db_ih *db_hh"
+    )
 
 
 class _Library:
@@ -182,7 +185,8 @@ def _load() -> ctypes.CDLL:
     lib.cr_forward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_backward_many.argtypes = [ctypes.POINTER(ctypes.c_void_p), _I64]
     lib.cr_gemm.argtypes = [ctypes.POINTER(_GemmArgs)]
-    lib.cr_chain.argtypes = [ctypes.POINTER(_ChainArgs)]
+    lib.cr_step_forward.argtypes = [ctypes.POINTER(_StepArgs)]
+    lib.cr_step_backward.argtypes = [ctypes.POINTER(_StepArgs)]
     lib.cr_activation.argtypes = [ctypes.c_int, _I64, _PTR, _PTR]
     lib.cr_activation.restype = None
     lib.cr_release.argtypes = [_PTR, _I64]
