@@ -10,8 +10,9 @@ TORCH_INDEX ?=
 
 .PHONY: test demo bench bench-scaling gpu-check sanitize install lint typecheck pytest clean
 
-# The editable install also compiles the native engine (setup.py; optional: without a C compiler
-# the package installs and runs torch's kernels). Its sources are prerequisites, so an edit rebuilds.
+# The editable install also compiles the native engine and the cells' step node (setup.py; both
+# optional: without a C compiler the package installs and runs torch's kernels, without the node
+# the cells' Python path). Their sources are prerequisites, so an edit rebuilds.
 NATIVE := setup.py $(wildcard src/cudnn_rnn/_native/*)
 
 $(VENV)/.installed: pyproject.toml $(NATIVE)
@@ -19,7 +20,10 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)
 	$(PIP) install --quiet --upgrade pip
 	# torch is pinned here (a CPU wheel on our machines); the package itself asks for a range.
 	$(PIP) install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
-	$(PIP) install --quiet -e '.[test]'
+	# Built in this environment (not pip's isolated one), so that setup.py sees torch and builds
+	# the cells' step node (a torch extension) beside the engine; hence setuptools first.
+	$(PIP) install --quiet 'setuptools>=77'
+	$(PIP) install --quiet --no-build-isolation -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed

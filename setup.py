@@ -9,6 +9,14 @@ cudnn_rnn then runs torch's kernels and ``cudnn_rnn.cpu_engine()`` / ``cudnn-rnn
 why. The instruction set is chosen at run time, so no ``-march`` flag: the binary runs on any
 x86-64.
 
+Where torch is importable at build time (``pip install --no-build-isolation``, as ``make install``
+runs it), the cells' step node is built too: a torch C++ extension (``_native/step_node.cpp``,
+cudnn_rnn.nn._step_node) named for the torch it was compiled against,
+``cudnn_rnn/_step_node-torch<version>.so``. Where torch is not there (pip's isolated build) or
+it does not compile, the install goes on without it (the reason in
+``cudnn_rnn/_step_node_not_built.txt``) and the cells take their Python path, with the same
+results.
+
 The flags are read from here by everything else that compiles the engine the package's way
 (``tools/engine_ab.py``, ``make gpu-check``): ``runpy.run_path("setup.py", run_name=...)``
 with any name but ``__main__`` gives them without building.
@@ -18,6 +26,29 @@ with any name but ``__main__`` gives them without building.
 #: setuptools adds).
 COMPILE_FLAGS = ["-std=gnu11", "-O3", "-pthread", "-fvisibility=default"]
 LINK_FLAGS = ["-pthread", "-ldl"]
+
+
+#: The step node's flags (C++; torch's include folders, libraries and ABI are added at build).
+NODE_COMPILE_FLAGS = ["-std=c++20", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"]
+#: Written beside the package's modules when the step node is not built: why.
+NODE_NOT_BUILT_FILE = "_step_node_not_built.txt"
+
+
+def _torch_build() -> tuple[str, dict[str, list[str]]] | str:
+    """``(torch's version, the node's Extension arguments)`` from the torch importable here, or
+    why there is none."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except Exception as err:  # (pip's isolated build has no torch)
+        return f"torch is not importable at build time ({type(err).__name__}: {err})"
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return torch.__version__, {
+        "include_dirs": cpp_extension.include_paths(),
+        "library_dirs": cpp_extension.library_paths(),
+        "libraries": ["c10", "torch", "torch_cpu"],
+        "extra_compile_args": [*NODE_COMPILE_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}"],
+    }
 
 
 #: Where the engine is built in the package: one name for every Python version (the library
@@ -89,24 +120,36 @@ def main() -> None:
         on stderr (pip shows it with -v; the file below says it at run time)."""
 
         def get_ext_filename(self, fullname: str) -> str:
-            return os.path.join(*fullname.split(".")[:-1], ENGINE_FILE)
+            *folder, name = fullname.split(".")
+            if name == "_step_node":
+                return os.path.join(*folder, f"_step_node-torch{node_build[0]}.so")
+            return os.path.join(*folder, ENGINE_FILE)
 
         def run(self) -> None:
-            marker = os.path.join(self.build_lib, "cudnn_rnn", NOT_BUILT_FILE)
-            if os.path.exists(marker):
-                os.remove(marker)
+            for name in (NOT_BUILT_FILE, NODE_NOT_BUILT_FILE):
+                marker = os.path.join(self.build_lib, "cudnn_rnn", name)
+                if os.path.exists(marker):
+                    os.remove(marker)
+            if isinstance(node_build, str):
+                self._not_built(NODE_NOT_BUILT_FILE, node_build)
             super().run()
+
+        def _not_built(self, name: str, reason: str) -> None:
+            os.makedirs(os.path.join(self.build_lib, "cudnn_rnn"), exist_ok=True)
+            with open(os.path.join(self.build_lib, "cudnn_rnn", name), "w", encoding="utf-8") as f:
+                f.write(reason + "\n")
 
         def build_extension(self, ext: Extension) -> None:
             try:
                 super().build_extension(ext)
             except Exception as err:  # no compiler, a compiler error: the package still works
                 reason = f"{type(err).__name__}: {err}".strip()
+                if ext.name.endswith("._step_node"):  # (the cells' Python path runs instead)
+                    _tell(f"cudnn-rnn: the cells' step node was not built ({reason[:300]})\n")
+                    self._not_built(NODE_NOT_BUILT_FILE, reason)
+                    return
                 _tell(_NOT_BUILT.format(reason=reason))
-                os.makedirs(os.path.join(self.build_lib, "cudnn_rnn"), exist_ok=True)
-                path = os.path.join(self.build_lib, "cudnn_rnn", NOT_BUILT_FILE)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(reason + "\n")
+                self._not_built(NOT_BUILT_FILE, reason)
 
     class PlatformWheel(bdist_wheel):
         """``py3-none-<platform>``: the engine is a plain C library, not a Python extension."""
@@ -115,16 +158,28 @@ def main() -> None:
             _, _, platform = super().get_tag()
             return "py3", "none", platform
 
-    setup(
-        ext_modules=[
+    engine = Extension(
+        "cudnn_rnn._engine",
+        sources=["src/cudnn_rnn/_native/engine.c"],
+        depends=["src/cudnn_rnn/_native/kernel.inc", "src/cudnn_rnn/_native/step.h"],
+        extra_compile_args=COMPILE_FLAGS,
+        extra_link_args=LINK_FLAGS,
+    )
+    node_build = _torch_build()
+    extensions = [engine]
+    if not isinstance(node_build, str):
+        extensions.append(
             Extension(
-                "cudnn_rnn._engine",
-                sources=["src/cudnn_rnn/_native/engine.c"],
-                depends=["src/cudnn_rnn/_native/kernel.inc"],
-                extra_compile_args=COMPILE_FLAGS,
-                extra_link_args=LINK_FLAGS,
+                "cudnn_rnn._step_node",
+                sources=["src/cudnn_rnn/_native/step_node.cpp"],
+                depends=["src/cudnn_rnn/_native/step.h"],
+                language="c++",
+                **node_build[1],  # type: ignore[arg-type]
             )
-        ],
+        )
+
+    setup(
+        ext_modules=extensions,
         cmdclass={"build": FreshBuild, "build_ext": BuildEngine, "bdist_wheel": PlatformWheel},
     )
 

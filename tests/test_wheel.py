@@ -4,7 +4,8 @@ DESIGN.md: the benchmark suite (benchmarks/), the GPU check (tools/) and the dem
 (examples/) are run by make from the repository, never shipped. The wheel is built as
 ``pip wheel . --no-deps --no-build-isolation`` builds it, from a copy of what a fresh clone has
 (so nothing left in the checkout's build/ folder can leak in), without compiling the native
-engine (an optional extension: its absence changes no file list but the library's).
+engine or the cells' step node (optional extensions: their absence changes no file list but
+the libraries').
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         (lib / "cudnn_rnn").mkdir(parents=True)
         (lib / "cudnn_rnn" / STALE).write_text("raise ImportError('stale')\n")
     out = tree / "dist"
-    env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = {**os.environ, "CC": "false", "CXX": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     command = [sys.executable, "-m", "pip", "wheel", str(tree), "-w", str(out)]
     done = subprocess.run(
         [*command, "--no-deps", "--no-build-isolation", "--no-cache-dir", "-v"],
@@ -62,7 +63,11 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         reason = archive.read("cudnn_rnn/_engine_not_built.txt").decode()
+        node_reason = archive.read("cudnn_rnn/_step_node_not_built.txt").decode()
     assert "CompileError" in reason or "false" in reason, reason
+    # torch is importable here (no build isolation), so the node was tried, and failed alike.
+    assert "CompileError" in node_reason or "false" in node_reason, node_reason
+    assert not [n for n in names if n.startswith("cudnn_rnn/_step_node-torch")]
     assert f"cudnn_rnn/{STALE}" not in names, "a stale build/ folder reached the wheel"
     return names
 
@@ -100,12 +105,14 @@ def test_the_wheel_holds_no_suite_gpu_check_demo_or_text(wheel_files: list[str])
         or "/data/" in name
         or (
             name.endswith((".txt", "suite.py", "gpu_check.py", "demo.py", "sanitize.py"))
-            and not name.endswith(("entry_points.txt", "top_level.txt", "_engine_not_built.txt"))
+            and not name.endswith(
+                ("entry_points.txt", "top_level.txt", "_engine_not_built.txt", "_not_built.txt")
+            )
         )
     ]
     assert not leaked, leaked
-    # No C sources, no tests: the library, its typing marker and the build's note only.
-    assert not [n for n in wheel_files if n.endswith((".c", ".inc", ".h"))]
+    # No C or C++ sources, no tests: the library, its typing marker and the build's notes only.
+    assert not [n for n in wheel_files if n.endswith((".c", ".cpp", ".inc", ".h"))]
 
 
 def test_the_wheel_carries_the_license(wheel_files: list[str]) -> None:

@@ -7,6 +7,10 @@ thread count and at every instruction set (forced). Around it: a second backward
 (retain_graph), a double backward, a weight edited before the backward (torch's error, as
 torch.nn's cells raise), the plan made again when the batch, the buffer or the nonlinearity
 changes, and copies and pickles of a cell that has stepped.
+
+Every test runs on both of the step's paths: the operator with its autograd node in C++
+(``cudnn_rnn_step::step``, nn/_step_node.py) where it is built, and the Python
+``torch.autograd.Function`` (``CUDNN_RNN_STEP_NODE=0``).
 """
 
 from __future__ import annotations
@@ -22,10 +26,35 @@ from torch import nn as tnn
 import cudnn_rnn.nn as cnn
 from cudnn_rnn.engines import native
 from cudnn_rnn.engines.native_step import StepPlan
+from cudnn_rnn.nn import _step_node
 from tests.support.isa import isa_params, threads_kept
 
 needs_engine = pytest.mark.skipif(not native.level_names(), reason="the native engine is not built")
 pytestmark = needs_engine
+
+#: The name of the autograd node each path's step makes.
+NODES = {"node": "CppFunction", "python": "_PlannedStepBackward"}
+
+
+@pytest.fixture(autouse=True, params=list(NODES))
+def step_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The step's path for the test: the C++ node (skipped, with why, where it is not built:
+    tests/nn/test_step_node.py fails where it should have been) or the Python Function."""
+    monkeypatch.setenv(_step_node.ENV, "1" if request.param == "node" else "0")
+    _step_node._reload()
+    if request.param == "node" and _step_node.step_op() is None:
+        pytest.skip(f"the step node is not loaded: {_step_node.describe()}")
+    yield request.param
+    _step_node._reload()
+
+
+def test_the_step_takes_the_path_under_test(step_path: str) -> None:
+    for kind in CELLS:
+        cell, _ = _cells(kind, 6, 8)
+        xs, state = _inputs(kind, 2, 6, 8)
+        out = cell(xs[0], state)
+        assert type((out[0] if kind == "lstm" else out).grad_fn).__name__ == NODES[step_path]
+
 
 CELLS = {
     "lstm": (cnn.LSTMCell, tnn.LSTMCell, {}),

@@ -113,6 +113,7 @@ def _info(args: argparse.Namespace) -> None:
 
     from cudnn_rnn import __version__, cpu_engine
     from cudnn_rnn.engines import native
+    from cudnn_rnn.nn import _step_node
 
     cuda = torch.cuda.is_available()
     versions: dict[str, str | None] = {"cudnn-rnn": __version__, "torch": torch.__version__}
@@ -125,6 +126,7 @@ def _info(args: argparse.Namespace) -> None:
         "cpu_engine": cpu_engine(),
         "variant_engine": VARIANT_ENGINE,
         "native_library": native.library_path(),
+        "cell_step": _step_node.describe(),
         "threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if cuda else None,
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
@@ -141,6 +143,7 @@ def _info(args: argparse.Namespace) -> None:
     say(f"cudnn-rnn {__version__} on Python {document['python']}, {document['platform']}")
     say(f"CPU engine: {document['cpu_engine']}")
     say(f"  library: {document['native_library'] or 'not built'}")
+    say(f"  cells' step: {document['cell_step']}")
     say(f"variants: {VARIANT_ENGINE}")
     if cuda:
         devices = ", ".join(document["cuda_devices"])  # type: ignore[arg-type]

@@ -80,6 +80,7 @@ class StepPlan:
         "_step",
         "base",
         "batch",
+        "code",
         "flat",
         "gates",
         "input_size",
@@ -101,10 +102,11 @@ class StepPlan:
         gru = spec.mode == CUDNN_GRU
         h, gh = self.units, self.gates * self.units
         w_ih, w_hh, b_ih, b_hh = (base + 4 * b.offset for b in (f.w_ih, f.w_hh, f.b_ih, f.b_hh))
+        self.code = MODE_CODES[spec.mode]  # (the C library's, and the step node's)
         # A step's record (step.h: engine.c makes the sequence's calls from it).
         self._step = _StepArgs(
-            mode=MODE_CODES[spec.mode], batch=batch, units=h, input_size=self.input_size,
-            w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh,
+            mode=self.code, batch=batch, units=h, input_size=self.input_size, w_ih=w_ih,
+            w_hh=w_hh, b_ih=b_ih, b_hh=b_hh,
         )  # fmt: skip
         fw = _ForwardArgs(
             mode=MODE_CODES[spec.mode], steps=steps, batch=batch, units=h, gi_st=batch * gh,

@@ -24,7 +24,7 @@ from torch import nn as tnn
 from cudnn_rnn.core.constants import CUDNN_GRU, CUDNN_LSTM, CUDNN_RNN_RELU, CUDNN_RNN_TANH
 from cudnn_rnn.core.layout import Layout, layout_of
 from cudnn_rnn.core.spec import RNNSpec
-from cudnn_rnn.nn import _checks, _flat
+from cudnn_rnn.nn import _checks, _flat, _step_node
 from cudnn_rnn.nn.modules import checked, own_parameters, placed
 from cudnn_rnn.operator import Route, rnn, route, static_of, step
 from cudnn_rnn.operator.planned_step import planned_step, step_plan
@@ -256,7 +256,8 @@ class _Cell(tnn.Module):
         if plan[3] is not None:  # the native engine's step, planned (the same bits)
             weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
             done = planned_step(
-                plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad
+                plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad,
+                _step_node.step_op(),
             )  # fmt: skip
             if done is not None:
                 return done if done[1] is not None else done[0]

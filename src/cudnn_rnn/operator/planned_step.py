@@ -27,12 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_rnn.core.layout import Layout
 from cudnn_rnn.engines import engine_for, native
 from cudnn_rnn.engines.native_step import StepPlan, StepSaved
 from cudnn_rnn.operator.implementation import Static, _layout
 from cudnn_rnn.operator.routes import _step_call, rnn
 
-__all__ = ["planned_step", "step_plan"]
+__all__ = ["differentiable_grads", "planned_step", "step_plan"]
 
 
 def step_plan(static: Static, flat: Tensor, batch: int) -> StepPlan | None:
@@ -60,13 +61,16 @@ def planned_step(
     params: Sequence[Tensor],
     assemble: Callable[[Sequence[Tensor]], Tensor],
     need_grad: bool,
+    node: Callable[..., list[Tensor]] | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """One step ``(h_1, c_1 or None)`` on the plan, or None where the rule table no longer
     picks the native engine for it (the caller takes the checked path). The caller checked
     that nothing but plain eager execution sees the call, that ``x [B, I]`` and the states
     ``[B, H]`` have the plan's sizes, dtype and device, and that ``params`` (the cell's) are
     views of the plan's buffer. ``assemble``: a buffer made from ``params``, differentiable for
-    them (for a double backward)."""
+    them (for a double backward). ``node``: the step's operator with its autograd node in C++
+    (``cudnn_rnn_step::step``, :mod:`cudnn_rnn.nn._step_node`), which makes the same engine
+    calls; None: the Python path."""
     # The rule again: a plan's spec, device and dtype are those the native engine took when
     # it was made, and the native engine is the table's first row, so what can change its
     # answer is only whether the engine is still loaded (a test reloads it without).
@@ -74,6 +78,9 @@ def planned_step(
         return None
     x, h0 = x.contiguous(), h0.contiguous()
     c0 = None if c0 is None else c0.contiguous()
+    if node is not None:
+        out = node(x, h0, c0, plan.code, params)
+        return out[0], (out[1] if len(out) > 1 else None)
     if not need_grad:
         h1, c1, _ = plan.forward(x, h0, c0, False)
         return h1, c1
@@ -112,7 +119,10 @@ class _PlannedStep(torch.autograd.Function):
         if dh1 is None:
             dh1 = torch.zeros_like(h1)
         if torch.is_grad_enabled():  # create_graph: a gradient that is differentiable itself
-            return nones + _differentiable(ctx, (x, h0, c0, *params), dh1, dc1)
+            given = (x, h0, c0, *params)
+            wanted = ctx.needs_input_grad[3:]
+            found = differentiable_grads(_layout(ctx.static), ctx.assemble, given, wanted, dh1, dc1)
+            return nones + tuple(found)
         need = ctx.needs_input_grad
         weights = any(need[6:8])
         biases = len(params) > 2 and any(need[8:])
@@ -125,16 +135,22 @@ class _PlannedStep(torch.autograd.Function):
         return nones + grads + ((g.db_ih, g.db_hh) if len(params) > 2 else ())
 
 
-def _differentiable(
-    ctx: Any, given: tuple[Tensor | None, ...], dh1: Tensor, dc1: Tensor | None
-) -> tuple[Tensor | None, ...]:
-    """The gradients of ``given`` (``x, h0, c0, *params``) as a differentiable function of them
-    and of the incoming gradients: the step again through the operator, differentiated by
-    autograd with ``create_graph=True``."""
+def differentiable_grads(
+    layout: Layout,
+    assemble: Callable[[Sequence[Tensor]], Tensor],
+    given: Sequence[Tensor | None],
+    wanted: Sequence[bool],
+    dh1: Tensor,
+    dc1: Tensor | None,
+) -> list[Tensor | None]:
+    """The gradients of ``given`` (``x, h0, c0 or None, *params`` of a step of ``layout``'s
+    layer) where ``wanted``, as a differentiable function of them and of the incoming
+    gradients: the step again through the operator on ``assemble(params)``, differentiated by
+    autograd with ``create_graph=True``; None elsewhere (and where a gradient is unused). The
+    double backward of both of the step's paths (the C++ node's too: nn/_step_node.py)."""
     x, h0, c0, *params = given
-    layout = _layout(ctx.static)
     with torch.enable_grad():
-        flat = ctx.assemble(params)
+        flat = assemble(params)  # type: ignore[arg-type]  # (the parameters are all there)
         assert x is not None and h0 is not None
         c3 = None if c0 is None else c0.unsqueeze(0)
         _, h_n, c_n = rnn(
@@ -145,14 +161,14 @@ def _differentiable(
         if c_n is not None and dc1 is not None:
             outs.append(c_n[0])
             grads.append(dc1)
-        wrt = [(i, t) for i, t in enumerate(given) if t is not None and ctx.needs_input_grad[3 + i]]
+        wrt = [(i, t) for i, t in enumerate(given) if t is not None and wanted[i]]
         found = torch.autograd.grad(
             outs, [t for _, t in wrt], grads, create_graph=True, allow_unused=True
         )
     result: list[Tensor | None] = [None] * len(given)
     for (i, _), g in zip(wrt, found):
         result[i] = g
-    return tuple(result)
+    return result
 
 
 def _function_apply(cls: type[torch.autograd.Function]) -> Callable[..., Any]:
