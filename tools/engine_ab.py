@@ -87,14 +87,23 @@ def build(side: str, out: Path = OUT) -> Path:
         return Path(side)
     sources: dict[str, bytes] = {}
     if side != "work":
-        for file in ("engine.c", "kernel.inc"):
+        # The engine's C sources at that revision (engine.c and what it includes: kernel.inc,
+        # and step.h from ABI 20 on; not the step node's C++).
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-tree", "--name-only", side, f"{NATIVE.as_posix()}/"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        files = [Path(n).name for n in listed.stdout.split()]
+        if listed.returncode != 0 or "engine.c" not in files:
+            raise ValueError(f"{side}: not a .so file nor a revision with the engine's sources")
+        for file in (f for f in files if f.endswith((".c", ".inc", ".h"))):
             shown = subprocess.run(
                 ["git", "-C", str(ROOT), "show", f"{side}:{(NATIVE / file).as_posix()}"],
                 capture_output=True,
-                check=False,
+                check=True,
             )
-            if shown.returncode != 0:
-                raise ValueError(f"{side}: not a .so file nor a revision with the engine's sources")
             sources[file] = shown.stdout
     folder = out / side.replace("/", "_")
     folder.mkdir(parents=True, exist_ok=True)
