@@ -9,6 +9,7 @@ double backward, in-place edits) are tests/nn/test_planned_step.py's, which runs
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -99,30 +100,56 @@ def _operands(mode: int, batch: int = 2, inputs: int = 3, units: int = 4) -> dic
     }
 
 
-def _bad_operands() -> list[tuple[str, dict[str, Any], str]]:
-    """Calls the operator must refuse: (what, the operands, its message)."""
+def _misfits() -> list[tuple[str, dict[str, Any]]]:
+    """Operands the operator cannot run on, for which the cell has other paths: (what, the
+    operands)."""
     cases = []
     ops = _operands(1)
     ops["x"] = torch.randn(2, 5)  # (W says 3 inputs)
-    cases.append(("x of other features", ops, "weight_ih must be"))
+    cases.append(("x of other features", ops))
     ops = _operands(1)
     ops["h0"] = torch.randn(3, 4)
-    cases.append(("h0 of another batch", ops, "h0 must be"))
+    cases.append(("h0 of another batch", ops))
     ops = _operands(1)
     ops["x"] = torch.randn(3, 2).t()
-    cases.append(("x not contiguous", ops, "x must be a contiguous"))
+    cases.append(("x not contiguous", ops))
     ops = _operands(1)
     ops["x"] = ops["x"].double()
-    cases.append(("x of float64", ops, "x must be a contiguous CPU float32"))
+    cases.append(("x of float64", ops))
+    ops = _operands(2)
+    ops["c0"] = torch.randn(2, 5)
+    cases.append(("c0 of other units", ops))
     ops = _operands(3)
     ops["params"][1] = torch.randn(12, 5)
-    cases.append(("R of the wrong size", ops, "weight_hh must be"))
+    cases.append(("R of the wrong size", ops))
+    ops = _operands(3)
+    ops["params"][1] = torch.randn(4, 12).t()
+    cases.append(("R transposed", ops))
+    ops = _operands(3)
+    ops["params"][3] = torch.randn(11)
+    cases.append(("a short bias", ops))
+    ops = _operands(3)
+    ops["params"][0] = ops["params"][0].double()
+    cases.append(("W of float64", ops))
+    ops = _operands(1)
+    ops["x"] = torch.randn(0, 3)
+    ops["h0"] = torch.randn(0, 4)
+    cases.append(("an empty batch", ops))
+    return cases
+
+
+@pytest.mark.parametrize("operands", [pytest.param(o, id=what) for what, o in _misfits()])
+def test_the_operator_runs_only_on_operands_that_fit(op: Any, operands: dict[str, Any]) -> None:
+    """An empty list, and nothing read: the cell then takes its other paths."""
+    assert op(**operands) == []
+
+
+def _wrong_calls() -> list[tuple[str, dict[str, Any], str]]:
+    """Calls wrong in kind, which raise: (what, the operands, the message)."""
+    cases = []
     ops = _operands(3)
     ops["params"] = ops["params"][:3]
     cases.append(("three parameters", ops, "the parameters are W, R"))
-    ops = _operands(3)
-    ops["params"][3] = torch.randn(11)
-    cases.append(("a short bias", ops, "bias_hh must be"))
     ops = _operands(1)
     ops["c0"] = torch.randn(2, 4)
     cases.append(("a cell state for an RNN", ops, "c0 is the LSTM's"))
@@ -139,13 +166,43 @@ def _bad_operands() -> list[tuple[str, dict[str, Any], str]]:
 
 
 @pytest.mark.parametrize(
-    ("operands", "message"), [pytest.param(o, m, id=what) for what, o, m in _bad_operands()]
+    ("operands", "message"), [pytest.param(o, m, id=what) for what, o, m in _wrong_calls()]
 )
-def test_the_operator_refuses_what_it_cannot_run_on(
+def test_the_operator_refuses_calls_wrong_in_kind(
     op: Any, operands: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(RuntimeError, match=message):
         op(**operands)
+
+
+def test_a_cell_whose_parameter_the_node_cannot_read_takes_another_path(op: Any) -> None:
+    """A parameter replaced by a transposed copy (not contiguous): the node declines it, and
+    the cell's result is the checked path's, as torch.nn's."""
+    torch.manual_seed(0)
+    ours, theirs = cnn.GRUCell(3, 4), torch.nn.GRUCell(3, 4)
+    theirs.load_state_dict(ours.state_dict())
+    new = torch.randn(4, 12)
+    ours.weight_hh.data, theirs.weight_hh.data = new.t(), new.t().clone()
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
+
+
+def test_the_node_reads_a_parameter_replaced_by_another_tensor(op: Any) -> None:
+    """``weight.data = t`` (not a view of the buffer any more): the node reads ``t``; the bits
+    are those of the checked path, which flattens the parameters again."""
+    torch.manual_seed(0)
+    cell = cnn.LSTMCell(3, 4)
+    cell.weight_ih.data = torch.randn(16, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    h, c = cell(x)
+    assert type(h.grad_fn).__name__ == "CppFunction"
+    checked = copy.deepcopy(cell)
+    checked._eager_step = lambda input, hx: None
+    want = checked(x)
+    assert torch.equal(h, want[0]) and torch.equal(c, want[1])
+    got = torch.autograd.grad(h.sum() + c.square().sum(), [x, cell.weight_ih])
+    need = torch.autograd.grad(want[0].sum() + want[1].square().sum(), [x, checked.weight_ih])
+    assert all(torch.equal(a, b) for a, b in zip(got, need, strict=True))
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])

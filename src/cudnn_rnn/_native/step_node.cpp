@@ -6,7 +6,10 @@
 // than torch.nn's whole step (one C++ call with C++ nodes). Here the step is the operator
 // cudnn_rnn_step::step, whose node is a torch::autograd::Function in C++: its forward and backward
 // call the native engine's cr_step_forward and cr_step_backward (step.h), the functions the
-// Python path (engines/native_step.py) calls, on the same numbers, so the same bits.
+// Python path (engines/native_step.py) calls, on the same numbers, so the same bits. It reads
+// the parameters it is given (not the buffer), after checking every operand; where one does not
+// fit (another dtype, device, size or layout) it returns an empty list and the cell takes its
+// other paths.
 //
 // The engine is the C library cudnn_rnn loaded (engines/native_library.py; the sanitizer run's
 // build too): cudnn_rnn_step::bind hands this library its two functions' addresses, and the step
@@ -62,60 +65,59 @@ void run(const std::atomic<step_fn> &fn, const cr_step_args &a, const char *what
                 " (refused its sizes or a missing pointer; a bug: please report it)");
 }
 
-// Every operand is checked here (the cells' path checked them already; a call of the operator
-// from elsewhere must not make the engine read past an array): CPU float32, C-contiguous, of
-// the sizes x [B, I] and h0 [B, H] give.
+// Every operand is checked here before C sees a pointer (a call of the operator from elsewhere
+// must not make the engine read past an array): CPU float32, C-contiguous, of the sizes x [B, I]
+// and h0 [B, H] give.
+bool fits(const Tensor &t, c10::IntArrayRef sizes) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+           t.is_contiguous() && t.sizes() == sizes;
+}
+
 void check(const Tensor &t, c10::IntArrayRef sizes, const char *name) {
-    TORCH_CHECK(t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
-                    t.is_contiguous() && t.sizes() == sizes,
-                "cudnn_rnn_step: ", name, " must be a contiguous CPU float32 tensor of size ",
-                sizes);
+    TORCH_CHECK(fits(t, sizes), "cudnn_rnn_step: ", name,
+                " must be a contiguous CPU float32 tensor of size ", sizes);
 }
 
 // A step's record from its operands: x [B, I], h0 [B, H], the LSTM's c0, and the layer's
 // parameters W [G*H, I], R [G*H, H] and (with biases) bW, bR [G*H]; without them, zeros
-// (the values the buffer holds there: the same bits).
-cr_step_args record(int64_t mode, const Tensor &x, const Tensor &h0,
-                    const std::optional<Tensor> &c0, at::TensorList params, Tensor &zeros) {
+// (the values the buffer holds there: the same bits). False where an operand does not fit
+// (another dtype, device, size or layout: the caller takes another path); a call that is
+// wrong in kind (an unknown mode, a cell state for another mode, parameters that are not
+// two or four, operands that are not matrices) raises.
+bool record(int64_t mode, const Tensor &x, const Tensor &h0, const std::optional<Tensor> &c0,
+            at::TensorList params, Tensor &zeros, cr_step_args &a) {
     TORCH_CHECK(mode >= RNN_RELU && mode <= GRU, "cudnn_rnn_step: unknown mode code ", mode);
     TORCH_CHECK(x.dim() == 2 && h0.dim() == 2, "cudnn_rnn_step: x and h0 must be 2-D");
     const bool lstm = c0.has_value() && c0->defined();
     TORCH_CHECK(lstm == (mode == LSTM), "cudnn_rnn_step: c0 is the LSTM's, and the LSTM's only");
     TORCH_CHECK(params.size() == 2 || params.size() == 4,
                 "cudnn_rnn_step: the parameters are W, R and optionally bW, bR");
-    cr_step_args a{};
+    a = cr_step_args{};
     a.mode = mode, a.batch = x.size(0), a.units = h0.size(1), a.input_size = x.size(1);
     a.threads = at::get_num_threads();
-    TORCH_CHECK(a.batch > 0 && a.units > 0 && a.input_size > 0, "cudnn_rnn_step: empty sizes");
     const int64_t gh = gates_of(mode) * a.units;
-    check(x, {a.batch, a.input_size}, "x");
-    check(h0, {a.batch, a.units}, "h0");
-    if (lstm) check(*c0, {a.batch, a.units}, "c0");
-    check(params[0], {gh, a.input_size}, "weight_ih");
-    check(params[1], {gh, a.units}, "weight_hh");
-    if (params.size() == 4) {
-        check(params[2], {gh}, "bias_ih");
-        check(params[3], {gh}, "bias_hh");
-    } else {
-        zeros = at::zeros({gh}, x.options());
-    }
+    const bool biases = params.size() == 4;
+    if (a.batch == 0 || a.units == 0 || a.input_size == 0 || !fits(x, {a.batch, a.input_size}) ||
+        !fits(h0, {a.batch, a.units}) || (lstm && !fits(*c0, {a.batch, a.units})) ||
+        !fits(params[0], {gh, a.input_size}) || !fits(params[1], {gh, a.units}) ||
+        (biases && (!fits(params[2], {gh}) || !fits(params[3], {gh}))))
+        return false;
+    if (!biases) zeros = at::zeros({gh}, x.options());
     a.w_ih = in(params[0]), a.w_hh = in(params[1]);
-    a.b_ih = params.size() == 4 ? in(params[2]) : in(zeros);
-    a.b_hh = params.size() == 4 ? in(params[3]) : in(zeros);
+    a.b_ih = biases ? in(params[2]) : in(zeros);
+    a.b_hh = biases ? in(params[3]) : in(zeros);
     a.x = in(x), a.h0 = in(h0), a.c0 = lstm ? in(*c0) : nullptr;
-    return a;
+    return true;
 }
 
 struct Outputs {
     Tensor h1, c1, gates, extra;
 };
 
-Outputs forward_step(int64_t mode, const Tensor &x, const Tensor &h0,
-                     const std::optional<Tensor> &c0, at::TensorList params, bool keep) {
-    Tensor zeros;
-    cr_step_args a = record(mode, x, h0, c0, params, zeros);
+// The forward on a record (record's) of x's options; keep: what the backward reads too.
+Outputs forward_step(cr_step_args a, const at::TensorOptions &options, bool keep) {
+    const int64_t mode = a.mode;
     Outputs o;
-    auto options = x.options();
     o.h1 = at::empty({a.batch, a.units}, options);
     if (mode == LSTM) o.c1 = at::empty({a.batch, a.units}, options);
     if (keep) {
@@ -136,7 +138,11 @@ struct Step : public torch::autograd::Function<Step> {
     static variable_list forward(AutogradContext *ctx, const Tensor &x, const Tensor &h0,
                                  const std::optional<Tensor> &c0, int64_t mode,
                                  at::TensorList params) {
-        Outputs o = forward_step(mode, x, h0, c0, params, true);
+        Tensor zeros;
+        cr_step_args a;
+        TORCH_CHECK(record(mode, x, h0, c0, params, zeros, a),
+                    "cudnn_rnn_step: operands that do not fit (a bug: step checked them)");
+        Outputs o = forward_step(a, x.options(), true);
         const bool lstm = c0.has_value() && c0->defined();
         variable_list saved{x, h0};
         if (lstm) saved.push_back(*c0);
@@ -176,7 +182,9 @@ struct Step : public torch::autograd::Function<Step> {
         if (at::GradMode::is_enabled()) return differentiable(ctx, x, h0, c0, mode, params, dh1, dc1);
         Tensor zeros;
         std::optional<Tensor> c0_opt = lstm ? std::optional<Tensor>(c0) : std::nullopt;
-        cr_step_args a = record(mode, x, h0, c0_opt, params, zeros);
+        cr_step_args a;
+        TORCH_CHECK(record(mode, x, h0, c0_opt, params, zeros, a),
+                    "cudnn_rnn_step: what the step saved does not fit (a bug: please report it)");
         const int64_t gh = gates_of(mode) * a.units;
         check(h1, {a.batch, a.units}, "h1");
         auto options = x.options();
@@ -244,13 +252,18 @@ struct Step : public torch::autograd::Function<Step> {
     }
 };
 
+// The step; an empty list where an operand does not fit (record), for the caller to take
+// another path.
 std::vector<Tensor> step(const Tensor &x, const Tensor &h0, const std::optional<Tensor> &c0,
                          int64_t mode, at::TensorList params) {
-    bool grad = at::GradMode::is_enabled() &&
-                (x.requires_grad() || h0.requires_grad() ||
-                 (c0.has_value() && c0->defined() && c0->requires_grad()));
-    for (const Tensor &p : params) grad = grad || (at::GradMode::is_enabled() && p.requires_grad());
-    if (!grad) return results(forward_step(mode, x, h0, c0, params, false));  // (no node)
+    Tensor zeros;
+    cr_step_args a;
+    if (!record(mode, x, h0, c0, params, zeros, a)) return {};
+    bool grad = x.requires_grad() || h0.requires_grad() ||
+                (c0.has_value() && c0->defined() && c0->requires_grad());
+    for (const Tensor &p : params) grad = grad || p.requires_grad();
+    if (!(grad && at::GradMode::is_enabled()))  // (no node to make)
+        return results(forward_step(a, x.options(), false));
     return Step::apply(x, h0, c0, mode, params);
 }
 

@@ -192,10 +192,11 @@ class _Cell(tnn.Module):
     def _eager_step(self, input: Any, hx: Any) -> Any:
         """The result of a call that plain eager execution runs with nothing to check, convert
         or flatten: a batched input and states (or none) of the cell's sizes, dtype and device,
-        no autocast, the parameters the buffer's views; None for any other call, which takes
-        the checked path (and raises its errors there). A step in a Python loop is latency
-        bound: this is what it pays instead of the checks and the operator's routing (issue 48),
-        for the same engine call (:func:`cudnn_rnn.operator.step`), so the same bits."""
+        no autocast, the parameters the buffer's views (the C++ step node, where it is loaded,
+        reads and checks the parameters themselves); None for any other call, which takes the
+        checked path (and raises its errors there). A step in a Python loop is latency bound:
+        this is what it pays instead of the checks and the operator's routing (issue 48), for
+        the same engine call (:func:`cudnn_rnn.operator.step`), so the same bits."""
         flat = self._flat
         if (
             flat is None
@@ -234,12 +235,11 @@ class _Cell(tnn.Module):
         params = [own.get(n) for n in self._names]
         if any(p is None for p in params):
             return None
-        if not _flat.aliases(flat, params, self._blocks):  # type: ignore[arg-type]
-            return None
+        weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
         need_grad = torch.is_grad_enabled() and (
             input.requires_grad
             or any(s.requires_grad for s in states)
-            or any(p.requires_grad for p in params)  # type: ignore[union-attr]
+            or any(p.requires_grad for p in weights)
         )
         # Nothing but plain eager execution sees it (a mode or a profiler sees the operator):
         # the route without gradient, whose rule is the one with it less the compiler and the
@@ -253,14 +253,22 @@ class _Cell(tnn.Module):
         plan = self._plan
         if plan is None or plan[0] is not flat or plan[1] != batch or plan[2] != mode:
             plan = self._plan = (flat, batch, mode, step_plan(static, flat, batch))
-        if plan[3] is not None:  # the native engine's step, planned (the same bits)
-            weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
+        if plan[3] is not None:  # the rule table picks the native engine for the step
+            node = _step_node.step_op()
+            if node is not None:  # the C++ node, on the parameters themselves
+                out = node(input, states[0], c0, plan[3].code, weights)
+                if out:  # (empty where an operand does not fit it: the paths below)
+                    return (out[0], out[1]) if len(out) > 1 else out[0]
+            # The Python path reads the weights in the buffer: they must still be its views.
+            if not _flat.aliases(flat, weights, self._blocks):
+                return None
             done = planned_step(
-                plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad,
-                _step_node.step_op(),
+                plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad
             )  # fmt: skip
             if done is not None:
                 return done if done[1] is not None else done[0]
+        elif not _flat.aliases(flat, weights, self._blocks):
+            return None
         buffer = _flat.gathered(flat, params, self._blocks) if need_grad else flat  # type: ignore[arg-type]
         h, c = step(static, buffer, input, states[0], c0, need_grad)
         return (h, c) if c is not None else h

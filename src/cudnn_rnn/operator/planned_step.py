@@ -61,16 +61,13 @@ def planned_step(
     params: Sequence[Tensor],
     assemble: Callable[[Sequence[Tensor]], Tensor],
     need_grad: bool,
-    node: Callable[..., list[Tensor]] | None = None,
 ) -> tuple[Tensor, Tensor | None] | None:
     """One step ``(h_1, c_1 or None)`` on the plan, or None where the rule table no longer
     picks the native engine for it (the caller takes the checked path). The caller checked
     that nothing but plain eager execution sees the call, that ``x [B, I]`` and the states
     ``[B, H]`` have the plan's sizes, dtype and device, and that ``params`` (the cell's) are
     views of the plan's buffer. ``assemble``: a buffer made from ``params``, differentiable for
-    them (for a double backward). ``node``: the step's operator with its autograd node in C++
-    (``cudnn_rnn_step::step``, :mod:`cudnn_rnn.nn._step_node`), which makes the same engine
-    calls; None: the Python path."""
+    them (for a double backward)."""
     # The rule again: a plan's spec, device and dtype are those the native engine took when
     # it was made, and the native engine is the table's first row, so what can change its
     # answer is only whether the engine is still loaded (a test reloads it without).
@@ -78,9 +75,6 @@ def planned_step(
         return None
     x, h0 = x.contiguous(), h0.contiguous()
     c0 = None if c0 is None else c0.contiguous()
-    if node is not None:
-        out = node(x, h0, c0, plan.code, params)
-        return out[0], (out[1] if len(out) > 1 else None)
     if not need_grad:
         h1, c1, _ = plan.forward(x, h0, c0, False)
         return h1, c1
