@@ -245,3 +245,22 @@ def test_the_node_follows_the_engine_loaded_again(op: Any) -> None:
     finally:
         native_library._reload()
     assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+
+
+def test_a_double_backward_after_the_loader_was_reset(op: Any) -> None:
+    """The double backward's Python implementation is registered once per process: a reset of
+    the loader (tests, ``CUDNN_RNN_STEP_NODE`` changed) neither drops nor repeats it."""
+    for _ in range(2):
+        _step_node._reload()
+        assert _step_node.step_op() is not None
+    cell = cnn.RNNCell(3, 4)
+    x = torch.randn(2, 3, requires_grad=True)
+    h = cell(x)
+    assert type(h.grad_fn).__name__ == "CppFunction"
+    (gx,) = torch.autograd.grad(h.tanh().sum(), x, create_graph=True)
+    (ggx,) = torch.autograd.grad(gx.square().sum(), x)
+    checked = copy.deepcopy(cell)
+    checked._eager_step = lambda input, hx: None
+    (want,) = torch.autograd.grad(checked(x).tanh().sum(), x, create_graph=True)
+    torch.testing.assert_close(gx, want, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ggx, torch.autograd.grad(want.square().sum(), x)[0])

@@ -57,7 +57,6 @@ class _State:
         self.op: Callable[..., Any] | None = None
         self.reason = ""
         self.engine: object = None  # the native library state the operator's addresses are of
-        self.registry: torch.library.Library | None = None
         if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
             self.reason = f"disabled by {ENV}={os.environ[ENV]}"
             return
@@ -81,14 +80,22 @@ class _State:
         except (OSError, RuntimeError) as err:
             self.reason = f"{path.name} cannot load ({err})"
             return
-        # Where the library loaded, its step_grads gets its Python implementation.
-        self.registry = torch.library.Library("cudnn_rnn_step", "IMPL")  # type: ignore[no-untyped-call]
-        self.registry.impl("step_grads", _step_grads, "CompositeImplicitAutograd")  # type: ignore[no-untyped-call]
+        _implement_step_grads()
         self.op = torch.ops.cudnn_rnn_step.step.default
 
 
 _state: _State | None = None
 _lock = threading.Lock()
+#: The Python implementation of ``cudnn_rnn_step::step_grads``, registered once per process
+#: (the library, once loaded, stays loaded; a second registration would be refused).
+_registry: torch.library.Library | None = None
+
+
+def _implement_step_grads() -> None:
+    global _registry
+    if _registry is None:
+        _registry = torch.library.Library("cudnn_rnn_step", "IMPL")  # type: ignore[no-untyped-call]
+        _registry.impl("step_grads", _step_grads, "CompositeImplicitAutograd")  # type: ignore[no-untyped-call]
 
 
 def _loaded() -> _State:

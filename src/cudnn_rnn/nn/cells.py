@@ -225,22 +225,18 @@ class _Cell(tnn.Module):
             or input.dtype != dtype
             or input.device != device
             or torch.is_autocast_enabled(device.type)
-            or not all(
-                type(s) is Tensor and s.shape == size and s.dtype == dtype and s.device == device
-                for s in states
-            )
         ):
             return None
+        for s in states:  # (a loop, not all(...): this path is paid at every step)
+            if type(s) is not Tensor or s.shape != size or s.dtype != dtype or s.device != device:
+                return None
         own = self._parameters  # (what Module.__getattr__ reads, without its lookups)
-        params = [own.get(n) for n in self._names]
-        if any(p is None for p in params):
-            return None
-        weights: list[Tensor] = params  # type: ignore[assignment]  # (none is None)
-        need_grad = torch.is_grad_enabled() and (
-            input.requires_grad
-            or any(s.requires_grad for s in states)
-            or any(p.requires_grad for p in weights)
-        )
+        weights: list[Tensor] = []
+        for n in self._names:
+            p = own.get(n)
+            if p is None:
+                return None
+            weights.append(p)
         # Nothing but plain eager execution sees it (a mode or a profiler sees the operator):
         # the route without gradient, whose rule is the one with it less the compiler and the
         # transforms, which are off here (above).
@@ -259,17 +255,21 @@ class _Cell(tnn.Module):
                 out = node(input, states[0], c0, plan[3].code, weights)
                 if out:  # (empty where an operand does not fit it: the paths below)
                     return (out[0], out[1]) if len(out) > 1 else out[0]
-            # The Python path reads the weights in the buffer: they must still be its views.
-            if not _flat.aliases(flat, weights, self._blocks):
-                return None
+        # The paths below read the weights in the buffer: they must still be its views.
+        if not _flat.aliases(flat, weights, self._blocks):
+            return None
+        need_grad = torch.is_grad_enabled() and (
+            input.requires_grad
+            or any(s.requires_grad for s in states)
+            or any(p.requires_grad for p in weights)
+        )
+        if plan[3] is not None:
             done = planned_step(
                 plan[3], static, input, states[0], c0, weights, self._concatenated, need_grad
             )  # fmt: skip
             if done is not None:
                 return done if done[1] is not None else done[0]
-        elif not _flat.aliases(flat, weights, self._blocks):
-            return None
-        buffer = _flat.gathered(flat, params, self._blocks) if need_grad else flat  # type: ignore[arg-type]
+        buffer = _flat.gathered(flat, weights, self._blocks) if need_grad else flat
         h, c = step(static, buffer, input, states[0], c0, need_grad)
         return (h, c) if c is not None else h
 
