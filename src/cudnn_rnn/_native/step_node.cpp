@@ -15,7 +15,7 @@
 // build too): cudnn_rnn_step::bind hands this library its two functions' addresses, and the step
 // refuses to run before that. A backward in grad mode (create_graph: a double backward) is the
 // operator cudnn_rnn_step::step_grads, which cudnn_rnn implements in Python
-// (operator/step_node.py): the step again through cudnn_rnn's operator, differentiated by
+// (nn/_step_node.py): the step again through cudnn_rnn's operator, differentiated by
 // autograd. What the step read is saved as torch saves it for its own cells: an input, state or
 // parameter edited in place before the backward makes the backward raise torch's error.
 //

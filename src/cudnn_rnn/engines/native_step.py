@@ -18,7 +18,7 @@ backward (``cr_backward``, with the step's gradient as ``dy`` and no ``dh_n``: C
 and ``x + 0`` is ``x``) and the weight gradients' products (``cr_gemm``:
 :func:`~cudnn_rnn.engines.common.recurrent_grads` and
 :func:`~cudnn_rnn.engines.common.input_grads`' calls, on the same operands). The step's autograd
-node in C++ (:mod:`cudnn_rnn.operator.step_node`) calls the same two functions. What differs from
+node in C++ (:mod:`cudnn_rnn.nn._step_node`) calls the same two functions. What differs from
 the general path is where the workspace lives: the gates (and the LSTM's cell state or the GRU's
 ``ghn``) in tensors of their own, so a second backward through a step reads what the forward
 left (no forward again).

@@ -1,5 +1,7 @@
 """A cell's step in plain eager execution on the native engine, planned once per buffer and
-batch (issue 48): :func:`step_plan` and :func:`planned_step`.
+batch (issue 48): :func:`step_plan` and :func:`planned_step`. Where the package was built
+against the running torch, the cells take the step's C++ autograd node instead
+(:mod:`cudnn_rnn.nn._step_node`, the same engine calls); this is their path wherever it is not.
 
 A step of ``cudnn_rnn.nn.LSTMCell`` (``GRUCell``, ``RNNCell``) in a Python loop is latency
 bound: the checked path (the operator's route, its call record, the general engine's stack over
