@@ -264,3 +264,15 @@ def test_a_double_backward_after_the_loader_was_reset(op: Any) -> None:
     (want,) = torch.autograd.grad(checked(x).tanh().sum(), x, create_graph=True)
     torch.testing.assert_close(gx, want, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(ggx, torch.autograd.grad(want.square().sum(), x)[0])
+
+
+def test_a_node_of_another_engine_abi_is_not_loaded(fresh: Any) -> None:
+    """A node left from a build of other sources (step.h's record may differ) is refused."""
+    fresh.setenv(_step_node.ENV, "1")
+    if _step_node.step_op() is None:
+        pytest.skip(f"the step node is not loaded: {_step_node.describe()}")
+    _step_node._reload()
+    fresh.setattr(native_library, "ABI_VERSION", native_library.ABI_VERSION + 1)
+    assert _step_node.step_op() is None
+    reason = _step_node.describe()
+    assert f"built for engine ABI {native_library.ABI_VERSION - 1}" in reason, reason

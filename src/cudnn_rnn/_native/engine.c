@@ -46,7 +46,6 @@
 
 #include "step.h"
 
-#define CR_ABI_VERSION 20
 #define CR_RNN_RELU 0
 #define CR_RNN_TANH 1
 #define CR_LSTM 2

@@ -11,6 +11,10 @@
 
 #include <stdint.h>
 
+/* The engine's ABI version (cr_abi_version), here so that the step node, compiled apart, is
+ * compiled with the same number: cudnn_rnn loads neither a library nor a node of another. */
+#define CR_ABI_VERSION 20
+
 #ifdef __cplusplus
 extern "C" {
 #endif

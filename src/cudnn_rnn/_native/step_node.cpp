@@ -267,6 +267,10 @@ std::vector<Tensor> step(const Tensor &x, const Tensor &h0, const std::optional<
     return Step::apply(x, h0, c0, mode, params);
 }
 
+// The engine ABI this node was compiled with (step.h): a node left from a build of other sources
+// is not loaded (nn/_step_node.py compares it with the package's).
+int64_t abi() { return CR_ABI_VERSION; }
+
 void bind(int64_t forward, int64_t backward) {
     engine_forward.store(reinterpret_cast<step_fn>(forward));
     engine_backward.store(reinterpret_cast<step_fn>(backward));
@@ -275,11 +279,13 @@ void bind(int64_t forward, int64_t backward) {
 }  // namespace
 
 TORCH_LIBRARY(cudnn_rnn_step, m) {
+    m.def("abi() -> int");
     m.def("bind(int forward, int backward) -> ()");
     m.def("step(Tensor x, Tensor h0, Tensor? c0, int mode, Tensor[] params) -> Tensor[]");
     m.def(
         "step_grads(Tensor x, Tensor h0, Tensor? c0, int mode, Tensor[] params, Tensor dh1, "
         "Tensor? dc1) -> Tensor[]");
+    m.impl("abi", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(abi));
     m.impl("bind", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(bind));
     m.impl("step", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(step));
 }

@@ -9,9 +9,11 @@ operator ``cudnn_rnn_step::step`` (``_native/step_node.cpp``) runs the same engi
 It is a torch extension: ``setup.py`` builds it where torch is importable at build time (``pip
 install --no-build-isolation``, which ``make install`` runs), as ``_step_node-torch<version>.so``,
 and only a torch of that version loads it (a C++ extension is bound to the torch it was compiled
-against). Where it is not built, was built for another torch, cannot load, or
-``CUDNN_RNN_STEP_NODE=0`` is set, :func:`step_op` is None and the cells take the Python path:
-the same results, a few tens of microseconds more per step. :func:`describe` says which.
+against), and only where it was compiled with this package's engine ABI (a node left from a
+build of other sources is refused). Where it is not built, was built for another torch or ABI,
+cannot load, or ``CUDNN_RNN_STEP_NODE=0`` is set, :func:`step_op` is None and the cells take the
+Python path: the same results, a few tens of microseconds more per step. :func:`describe` says
+which.
 
 A backward in grad mode (``create_graph=True``) calls ``cudnn_rnn_step::step_grads``, which is
 implemented here: the step again through cudnn_rnn's operator, differentiated by autograd with
@@ -79,6 +81,13 @@ class _State:
             torch.ops.load_library(str(path))  # type: ignore[no-untyped-call]
         except (OSError, RuntimeError) as err:
             self.reason = f"{path.name} cannot load ({err})"
+            return
+        built = torch.ops.cudnn_rnn_step.abi()
+        if built != native_library.ABI_VERSION:  # (a node left from a build of older sources)
+            self.reason = (
+                f"{path.name} was built for engine ABI {built}, this package is ABI "
+                f"{native_library.ABI_VERSION}: reinstall cudnn-rnn"
+            )
             return
         _implement_step_grads()
         self.op = torch.ops.cudnn_rnn_step.step.default
