@@ -276,3 +276,74 @@ def test_a_node_of_another_engine_abi_is_not_loaded(fresh: Any) -> None:
     assert _step_node.step_op() is None
     reason = _step_node.describe()
     assert f"built for engine ABI {native_library.ABI_VERSION - 1}" in reason, reason
+
+
+class _Seen(torch.utils._python_dispatch.TorchDispatchMode):
+    """The operators a call reaches, as a dispatch mode (FlopCounterMode, fake tensors) sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+CELL_CLASSES = (cnn.RNNCell, cnn.LSTMCell, cnn.GRUCell)
+
+
+@pytest.mark.parametrize("cls", CELL_CLASSES, ids=lambda c: c.__name__)
+def test_a_watched_step_is_the_operator_not_the_node(op: Any, cls: Any) -> None:
+    """The node checks its operands, not who watches: under a dispatch mode or the profiler a
+    cell's step is cudnn_rnn's operator (what every observer is shown), with the node's bits."""
+    torch.manual_seed(0)
+    cell = cls(8, 6)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        expected = cell(x)
+        with _Seen() as seen:
+            got = cell(x)
+        assert "cudnn_rnn.rnn.default" in seen.ops
+        assert not any("cudnn_rnn_step" in name for name in seen.ops)
+        with torch.profiler.profile() as prof:
+            profiled = cell(x)
+    names = {event.name for event in prof.events()}
+    assert "cudnn_rnn::rnn" in names and "cudnn_rnn_step::step" not in names
+    for out in (got, profiled):
+        for a, b in zip(
+            out if isinstance(out, tuple) else (out,),
+            expected if isinstance(expected, tuple) else (expected,),
+            strict=True,
+        ):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("cls", CELL_CLASSES, ids=lambda c: c.__name__)
+def test_what_the_node_declines_takes_the_checked_path(op: Any, cls: Any) -> None:
+    """On the node's path Python checks only the kinds of the arguments; the node declines an
+    operand of another size, dtype or layout, and the checked path then raises torch.nn's
+    error or computes (another dtype) as it did before the node."""
+    torch.manual_seed(0)
+    cell = cls(8, 6)
+    lstm = cls is cnn.LSTMCell
+
+    def state(*size: int, dtype: torch.dtype = torch.float32) -> Any:
+        h = torch.randn(*size, dtype=dtype)
+        return (h, torch.randn(*size, dtype=dtype)) if lstm else h
+
+    with pytest.raises(RuntimeError, match="input has inconsistent input_size"):
+        cell(torch.randn(3, 7))
+    with pytest.raises(RuntimeError, match="doesn't match hidden0 batch size"):
+        cell(torch.randn(3, 8), state(4, 6))
+    with pytest.raises(RuntimeError, match="has inconsistent hidden_size"):
+        cell(torch.randn(3, 8), state(3, 5))
+    with pytest.raises(ValueError, match=r"Expected (hx|hidden)"):
+        cell(torch.randn(3, 8), state(3, 6, 1))
+    # Another dtype is the checked path's business: its numbers, not the node's refusal.
+    double = copy.deepcopy(cell).double()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    assert (double(x)[0] if lstm else double(x)).dtype == torch.float64
+    # A batch of zero rows.
+    empty = cell(torch.randn(0, 8))
+    assert (empty[0] if lstm else empty).shape == (0, 6)

@@ -27,6 +27,7 @@ from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.nn import _checks, _flat, _step_node
 from cudnn_rnn.nn.modules import checked, own_parameters, placed
 from cudnn_rnn.operator import Route, rnn, route, static_of, step
+from cudnn_rnn.operator.implementation import PLAIN, watched
 from cudnn_rnn.operator.planned_step import planned_step, step_plan
 
 __all__ = ["GRUCell", "LSTMCell", "RNNCell"]
@@ -193,10 +194,13 @@ class _Cell(tnn.Module):
         """The result of a call that plain eager execution runs with nothing to check, convert
         or flatten: a batched input and states (or none) of the cell's sizes, dtype and device,
         no autocast, the parameters the buffer's views (the C++ step node, where it is loaded,
-        reads and checks the parameters themselves); None for any other call, which takes the
-        checked path (and raises its errors there). A step in a Python loop is latency bound:
-        this is what it pays instead of the checks and the operator's routing (issue 48), for
-        the same engine call (:func:`cudnn_rnn.operator.step`), so the same bits."""
+        reads the parameters themselves); None for any other call, which takes the checked
+        path (and raises its errors there). A step in a Python loop is latency bound: this is
+        what it pays instead of the checks and the operator's routing (issue 48), for the same
+        engine call (:func:`cudnn_rnn.operator.step`), so the same bits. The node checks every
+        operand's size, dtype, device and layout itself and declines what does not fit, so on
+        its path Python checks only what the node cannot see: the kinds of the arguments and
+        whether anything but plain eager execution watches the call."""
         flat = self._flat
         if (
             flat is None
@@ -208,44 +212,33 @@ class _Cell(tnn.Module):
         ):
             return None
         mode = self._mode or _NONLINEARITY.get(getattr(self, "nonlinearity", ""), "")
-        batch, dtype, device = input.shape[0], flat.dtype, flat.device
+        lstm = self._mode == CUDNN_LSTM
         states: tuple[Any, ...] = ()
         if hx is not None:
-            lstm = self._mode == CUDNN_LSTM
             if lstm and type(hx) not in (tuple, list):  # (an LSTM's state is a pair)
                 return None
             states = tuple(hx) if lstm else (hx,)
             if len(states) != (2 if lstm else 1):
                 return None
-        size = (batch, self.hidden_size)
-        if (
-            not mode
-            or batch == 0
-            or input.shape[1] != self.input_size
-            or input.dtype != dtype
-            or input.device != device
-            or torch.is_autocast_enabled(device.type)
-        ):
-            return None
-        for s in states:  # (a loop, not all(...): this path is paid at every step)
-            if type(s) is not Tensor or s.shape != size or s.dtype != dtype or s.device != device:
-                return None
+            for s in states:  # (a loop, not all(...): this path is paid at every step)
+                if type(s) is not Tensor or s.dim() != 2:
+                    return None
         own = self._parameters  # (what Module.__getattr__ reads, without its lookups)
         weights: list[Tensor] = []
         for n in self._names:
             p = own.get(n)
-            if p is None:
+            if p is None or type(p) not in PLAIN:
                 return None
             weights.append(p)
-        # Nothing but plain eager execution sees it (a mode or a profiler sees the operator):
-        # the route without gradient, whose rule is the one with it less the compiler and the
-        # transforms, which are off here (above).
-        if route(False, False, flat, input, *states) is not Route.DIRECT:
+        # Nothing but plain eager execution sees it (a mode or a profiler sees the operator),
+        # and no autocast: the rest is the sizes, dtype and device of the operands.
+        if not mode or watched() or torch._C._is_any_autocast_enabled():
             return None
+        batch = input.shape[0]
         if not states:
-            zeros = input.new_zeros(size)
-            states = (zeros, zeros) if self._mode == CUDNN_LSTM else (zeros,)
-        static, c0 = self._statics[mode], states[1] if len(states) > 1 else None
+            zeros = input.new_zeros((batch, self.hidden_size))
+            states = (zeros, zeros) if lstm else (zeros,)
+        static, c0 = self._statics[mode], states[1] if lstm else None
         plan = self._plan
         if plan is None or plan[0] is not flat or plan[1] != batch or plan[2] != mode:
             plan = self._plan = (flat, batch, mode, step_plan(static, flat, batch))
@@ -255,8 +248,23 @@ class _Cell(tnn.Module):
                 out = node(input, states[0], c0, plan[3].code, weights)
                 if out:  # (empty where an operand does not fit it: the paths below)
                     return (out[0], out[1]) if len(out) > 1 else out[0]
-        # The paths below read the weights in the buffer: they must still be its views.
-        if not _flat.aliases(flat, weights, self._blocks):
+        # The paths below read the weights in the buffer: they must still be its views, and
+        # the operands of its sizes, dtype and device.
+        size, dtype, device = (batch, self.hidden_size), flat.dtype, flat.device
+        if (
+            batch == 0
+            or input.shape[1] != self.input_size
+            or input.dtype != dtype
+            or input.device != device
+            or not _flat.aliases(flat, weights, self._blocks)
+        ):
+            return None
+        for s in states:
+            if s.shape != size or s.dtype != dtype or s.device != device:
+                return None
+        # The route without gradient, whose rule is the one with it less the compiler and the
+        # transforms, which are off here (above).
+        if route(False, False, flat, input, *states) is not Route.DIRECT:
             return None
         need_grad = torch.is_grad_enabled() and (
             input.requires_grad

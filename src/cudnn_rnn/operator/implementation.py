@@ -319,7 +319,20 @@ def _backward_impl(
 
 # -- where the implementation may be called directly -----------------------------------------------
 
-_PLAIN = (Tensor, torch.nn.Parameter)
+#: The tensor types plain eager execution hands the engine as they are.
+PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def watched() -> bool:
+    """Whether something besides plain eager execution sees the calls made now, whatever their
+    tensors: a torch function or dispatch mode (fake tensors, FlopCounterMode, ...), the JIT
+    tracer or the profiler."""
+    return bool(
+        torch._C._len_torch_dispatch_stack()
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._get_tracing_state() is not None
+        or torch.autograd.profiler._is_profiler_enabled
+    )
 
 
 def _plain_eager(*tensors: Tensor | None) -> bool:
@@ -328,15 +341,10 @@ def _plain_eager(*tensors: Tensor | None) -> bool:
     tensor subclass or torch.func transform (vmap, grad). Then the operator's implementation
     runs directly: the same engine by the same rule, the same bits, without the dispatcher's
     round trip; otherwise every observer sees the one ``cudnn_rnn::rnn`` node."""
-    if (
-        torch._C._len_torch_dispatch_stack()
-        or torch._C._is_torch_function_mode_enabled()
-        or torch._C._get_tracing_state() is not None
-        or torch.autograd.profiler._is_profiler_enabled
-    ):
+    if watched():
         return False
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-    return all(t is None or (type(t) in _PLAIN and not wrapped(t)) for t in tensors)
+    return all(t is None or (type(t) in PLAIN and not wrapped(t)) for t in tensors)
 
 
 def _direct(*tensors: Tensor | None) -> bool:
