@@ -1370,3 +1370,53 @@ def test_the_portable_build_gives_the_x86_baselines_bits(tmp_path: Any) -> None:
                 assert len(got[f"{mode} {way}"]) == len(want)
                 for a, b in zip(got[f"{mode} {way}"], want):
                     assert torch.equal(a, b), (mode, way)
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", ["rnn_tanh", "lstm", "gru"])
+def test_a_step_alone_gives_the_teams_bits_and_is_not_taken_where_h0_is_written(mode: str) -> None:
+    """A forward of one step runs its threads without a barrier, reading h0 where it is
+    (engine.c's step_alone), unless h0 shares memory with what the threads write: then the
+    team copies h0 first, as every longer call does. Both give the same bits; an output written
+    over h0 is the value computed from h0 as it was."""
+    lib = native_library._library().lib
+    assert lib is not None
+    units, batch = 128, 16  # two threads: B * H * H at least engine.c's 2 ** 18 for one step
+    gates = {"rnn_tanh": 1, "lstm": 4, "gru": 3}[mode]
+    g = torch.Generator().manual_seed(3)
+    gi = torch.randn(batch, gates * units, generator=g)
+    r = torch.randn(gates * units, units, generator=g) / units**0.5
+    bias, br = torch.randn(gates * units, generator=g), torch.randn(gates * units, generator=g)
+    state = torch.randn(batch, units, generator=g)
+    c0 = torch.randn(batch, units, generator=g)
+
+    def call(h0: torch.Tensor, hn: torch.Tensor, y: torch.Tensor) -> bool:
+        cn = torch.empty(batch, units)
+        args = native_library._ForwardArgs(
+            mode=native.MODE_CODES[mode], steps=1, batch=batch, units=units, threads=2,
+            gi=gi.data_ptr(), gi_st=batch * gates * units, gi_sb=gates * units,
+            bi=bias.data_ptr(), r=r.data_ptr(), br=br.data_ptr() if mode == "gru" else None,
+            h0=h0.data_ptr(), y=y.data_ptr(), y_st=batch * units, y_sb=units, hn=hn.data_ptr(),
+            c0=c0.data_ptr() if mode == "lstm" else None,
+            cn=cn.data_ptr() if mode == "lstm" else None,
+        )  # fmt: skip
+        alone = bool(lib.cr_step_alone(ctypes.byref(args)))
+        native_library._call("cr_forward", args)
+        return alone
+
+    h0, hn, y = state.clone(), torch.empty(batch, units), torch.empty(batch, units)
+    assert call(h0, hn, y)
+    expected = hn.clone()
+    assert torch.equal(y, expected) and torch.equal(h0, state)
+    over = state.clone()  # hn written over h0
+    assert not call(over, over, torch.empty(batch, units))
+    assert torch.equal(over, expected)
+    over = state.clone()  # the output written over h0
+    assert not call(over, torch.empty(batch, units), over)
+    assert torch.equal(over, expected)
+    buffer = torch.empty(2 * batch * units)  # the output's last row over h0's first one
+    y_part = buffer[: batch * units].view(batch, units)
+    h0_part = buffer[(batch - 1) * units :][: batch * units].view(batch, units)
+    h0_part.copy_(state)
+    assert not call(h0_part, torch.empty(batch, units), y_part)
+    assert torch.equal(y_part, expected)

@@ -304,6 +304,34 @@ static inline int in_place_back(int64_t steps) {
     return forced >= 0 ? forced : steps == 1;
 }
 
+/* Whether [p, p + n) and [q, q + m) (floats; q NULL: none) share memory. */
+static int overlap(const float *p, int64_t n, const float *q, int64_t m) {
+    if (!p || !q || n <= 0 || m <= 0) return 0;
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return a < b + (uintptr_t)m * sizeof(float) && b < a + (uintptr_t)n * sizeof(float);
+}
+
+/* A forward of one step (a cell's) needs no barrier when its threads share nothing before the
+ * step and nothing after it: each reads the caller's h0 where it is (all of it, for its product)
+ * instead of the team's copy, makes its own units' gates and writes only their outputs. The
+ * loop (kernel.inc's forward_worker) also needs no packed W whose column blocks the team takes
+ * in turn, nor the reset-before GRU's product over the team's r * h; here, what the call itself
+ * decides: h0 shares no memory with anything a thread writes (else a thread could overwrite a
+ * row another still reads). A barrier cost a call at B 32 about 5% of its time on two threads
+ * (one thread waits for the other, twice). The same arithmetic on the same values: the bits do
+ * not change. */
+static int step_alone(const cr_forward_args *a) {
+    if (a->steps != 1) return 0;
+    const int64_t B = a->batch, H = a->units, n = B * H, rows = a->wsmap ? a->ws_rows : B;
+    return !overlap(a->h0, n, a->hn, n) && !overlap(a->h0, n, a->cn, n) &&
+           !overlap(a->h0, n, a->y, (B - 1) * a->y_sb + H) &&
+           !overlap(a->h0, n, a->ws_gates, rows * gates_of(a->mode) * H) &&
+           !overlap(a->h0, n, a->ws_extra, rows * H);
+}
+
+/* The rule, for tests. */
+int cr_step_alone(const cr_forward_args *a) { return step_alone(a); }
+
 static inline int in_place_w(int64_t rows) {
     int forced = atomic_load(&forced_w);
     return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS;
