@@ -193,7 +193,6 @@ def _load() -> ctypes.CDLL:
     lib.cr_advise_huge.argtypes = [_PTR, _I64]
     lib.cr_together.argtypes = [_I64, _I64, _I64, _I64]
     lib.cr_micro_kernel.argtypes = [_I64]
-    lib.cr_step_alone.argtypes = [ctypes.POINTER(_ForwardArgs)]
     lib.cr_pass_rows.argtypes = [_I64, _I64]
     lib.cr_pass_rows.restype = _I64
     lib.cr_set_pass_rows.argtypes = [_I64]
