@@ -53,7 +53,7 @@ test: lint typecheck pytest
 # (issue 47), benchmarks/variants.py: docs/benchmarks-variants.{md,json}. To time a model of your
 # own instead: cudnn-rnn bench MODEL.
 bench: install
-	$(PIP) install --quiet -e '.[bench]'
+	$(PIP) install --quiet --no-build-isolation -e '.[bench]'
 	$(PY) benchmarks/suite.py --out docs
 	$(PY) benchmarks/variants.py --out docs
 
@@ -64,7 +64,7 @@ bench: install
 # make bench-scaling SCALING_ARGS="--threads 16 8 --no-training --budget 300"; a run cut short is
 # finished later with SCALING_ARGS="--threads 4 2 1 --add" (same machine, shapes and timing).
 bench-scaling: install
-	$(PIP) install --quiet -e '.[bench]'
+	$(PIP) install --quiet --no-build-isolation -e '.[bench]'
 	$(PY) benchmarks/scaling.py --out docs $(SCALING_ARGS)
 
 # Everything that needs CUDA (the cuda-marked tests, opcheck, torch.compile, a short benchmark
@@ -93,7 +93,7 @@ endif
 # open site/index.html. --strict: a broken link, anchor or reference fails the build.
 .PHONY: docs
 docs: install
-	$(PIP) install --quiet -e '.[docs]'
+	$(PIP) install --quiet --no-build-isolation -e '.[docs]'
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The built site in a headless browser (tools/docs_check.py; not part of `make test`): every
@@ -113,7 +113,7 @@ sanitize: install
 # minutes on 2 CPU cores); options pass through DEMO_ARGS, e.g. make demo DEMO_ARGS="--steps 100
 # --nproc 2" (--nproc N runs it under torchrun).
 demo: $(VENV)/.installed
-	$(PIP) install --quiet -e '.[plot]'
+	$(PIP) install --quiet --no-build-isolation -e '.[plot]'
 	$(PY) examples/demo.py $(DEMO_ARGS)
 
 clean:
