@@ -53,7 +53,10 @@ def python_blocks(page: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not all(importlib.util.find_spec(m) for m in ("mkdocs", "mkdocstrings", "material")):
-        pytest.skip("mkdocs-material and mkdocstrings are not installed: pip install --no-build-isolation -e '.[docs]'")
+        pytest.skip(
+            "mkdocs-material and mkdocstrings are not installed: "
+            "pip install --no-build-isolation -e '.[docs]'"
+        )
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     run = subprocess.run(
