@@ -29,6 +29,7 @@ import torch
 import cudnn_rnn
 from cudnn_rnn import engines
 from cudnn_rnn.core.layout import layout_of
+from cudnn_rnn.core.modes import MODES as MODE_FACTS
 from cudnn_rnn.core.spec import RNNSpec
 from cudnn_rnn.engines import loop, native, native_library, native_workspace
 from cudnn_rnn.engines.common import workspace_numel
@@ -1386,7 +1387,7 @@ def test_a_step_alone_gives_the_teams_bits_and_is_not_taken_where_h0_is_written(
     step_alone = lib.cr_step_alone
     step_alone.argtypes = [ctypes.POINTER(native_library._ForwardArgs)]
     units, batch = 128, 16  # two threads: B * H * H at least engine.c's 2 ** 18 for one step
-    gates = {"rnn_tanh": 1, "lstm": 4, "gru": 3}[mode]
+    gates = MODE_FACTS[mode].num_gates
     g = torch.Generator().manual_seed(3)
     gi = torch.randn(batch, gates * units, generator=g)
     r = torch.randn(gates * units, units, generator=g) / units**0.5

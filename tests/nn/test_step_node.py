@@ -328,9 +328,9 @@ def test_what_the_node_declines_takes_the_checked_path(op: Any, cls: Any) -> Non
     cell = cls(8, 6)
     lstm = cls is cnn.LSTMCell
 
-    def state(*size: int, dtype: torch.dtype = torch.float32) -> Any:
-        h = torch.randn(*size, dtype=dtype)
-        return (h, torch.randn(*size, dtype=dtype)) if lstm else h
+    def state(*size: int) -> Any:
+        h = torch.randn(*size)
+        return (h, torch.randn(*size)) if lstm else h
 
     with pytest.raises(RuntimeError, match="input has inconsistent input_size"):
         cell(torch.randn(3, 7))
