@@ -975,7 +975,11 @@ def test_gradients_of_a_deep_stack_with_dropout_lengths_and_a_second_backward(mo
     from cudnn_rnn.layers import LAYER_CLASSES
 
     torch.manual_seed(11)
-    layer = LAYER_CLASSES[mode](3, 64, direction="bidirectional", input_size=24, dropout=0.3)
+    # A seed of its own: without one the masks' seed comes from the OS, and each run would
+    # check other masks.
+    layer = LAYER_CLASSES[mode](
+        3, 64, direction="bidirectional", input_size=24, dropout=0.3, seed=3
+    )
     x = torch.randn(30, 12, 24, requires_grad=True)
     lengths = torch.tensor([30, 29, 17, 30, 1, 8, 22, 30, 5, 13, 26, 2])
     leaves = [x, *layer.parameters()]
@@ -999,7 +1003,11 @@ def test_gradients_of_a_deep_stack_with_dropout_lengths_and_a_second_backward(mo
         theirs = grads()[0]
         assert runs == [("loop", "forward"), ("loop", "backward")], runs
     for a, b in zip(ours[0], theirs):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # a wrong state: ~0.1
+        # Float32 rounding in two summation orders, scaled by the gradient's size (up to ~400
+        # for the ReLU stack): within 1.3e-6 of its largest element over 30 masks each mode
+        # (measured); a wrong state is off by ~0.1.
+        scale = b.abs().max().item()
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=4e-6 * scale)
 
 
 @needs_engine
