@@ -549,12 +549,15 @@ def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> N
     """The rule (docs/design_notes.md): R in place for a batch of one or a call of one step,
     packed above, except that a batch of one with at most 128 units packs R for a sequence of
     at least units // 16 + 4 steps; W in place for a projection of at most 128 rows (with
-    lengths: the valid ones), packed above.
-    Each call gives bitwise what forcing that way gives, and the ways differ (so the test
-    sees which ran)."""
+    lengths: the valid ones), packed above. In place, a product of fewer than 32 rows (the
+    batch for R, the projection's rows for W) takes dot products, from 32 on the micro-kernels
+    over the matrix's rows, which give the packed product's bits.
+    Each call gives bitwise what forcing that way gives; dot products differ from the other two
+    (so the test sees where they ran), which agree bit for bit."""
     from cudnn_rnn.layers import LAYER_CLASSES
 
     assert native.in_place_limits() == (1, 128)
+    assert native.in_place_rows_form() == 32
     torch.manual_seed(3)
     layers = {units: LAYER_CLASSES[mode](1, units, input_size=24) for units in (40, 128, 129)}
 
@@ -569,29 +572,69 @@ def test_products_by_rule_in_place_for_one_sequence_and_few_rows(mode: str) -> N
             out = layers[units](x, state if steps == 1 else None, sequence_lengths=lengths)
             return out[0]
 
+    dot, rows, packed = "in_place", "in_place_rows", "packed"
     for batch, steps, lengths, expected, units in (
-        (1, 5, None, ("in_place", "in_place"), 40),  # 40 // 16 + 4 = 6 steps pack R
-        (1, 6, None, ("packed", "in_place"), 40),
-        (1, 128, None, ("packed", "in_place"), 40),
-        (1, 129, None, ("packed", "packed"), 40),
-        (1, 11, None, ("in_place", "in_place"), 128),  # 12 steps pack R
-        (1, 12, None, ("packed", "in_place"), 128),
-        (1, 129, None, ("in_place", "packed"), 129),  # more than 128 units: in place
-        (16, 1, None, ("in_place", "in_place"), 40),  # one step: R serves one product
-        (128, 1, None, ("in_place", "in_place"), 40),
-        (129, 1, None, ("packed", "packed"), 40),
-        (16, 2, None, ("packed", "in_place"), 40),
-        (2, 64, None, ("packed", "in_place"), 40),
-        (2, 65, None, ("packed", "packed"), 40),
-        (3, 60, [60, 60, 8], ("packed", "in_place"), 40),  # 128 valid rows of 180
-        (3, 60, [60, 60, 9], ("packed", "packed"), 40),
+        (1, 5, None, (dot, dot), 40),  # 40 // 16 + 4 = 6 steps pack R
+        (1, 6, None, (packed, dot), 40),
+        (1, 31, None, (packed, dot), 40),
+        (1, 32, None, (packed, rows), 40),
+        (1, 128, None, (packed, rows), 40),
+        (1, 129, None, (packed, packed), 40),
+        (1, 11, None, (dot, dot), 128),  # 12 steps pack R
+        (1, 12, None, (packed, dot), 128),
+        (1, 129, None, (dot, packed), 129),  # more than 128 units: in place
+        (16, 1, None, (dot, dot), 40),  # one step: R serves one product
+        (31, 1, None, (dot, dot), 40),
+        (32, 1, None, (rows, rows), 40),
+        (128, 1, None, (rows, rows), 40),
+        (129, 1, None, (packed, packed), 40),
+        (15, 2, None, (packed, dot), 40),
+        (16, 2, None, (packed, rows), 40),
+        (2, 64, None, (packed, rows), 40),
+        (2, 65, None, (packed, packed), 40),
+        (3, 60, [60, 60, 8], (packed, rows), 40),  # 128 valid rows of 180
+        (3, 60, [60, 60, 9], (packed, packed), 40),
+        (3, 10, [10, 10, 1], (packed, dot), 40),  # 21 valid rows of 30
     ):
         by_rule = run(batch, steps, lengths, units=units)
         assert torch.equal(by_rule, run(batch, steps, lengths, *expected, units=units))
-        other = tuple("packed" if e == "in_place" else "in_place" for e in expected)
-        for forced in ((other[0], expected[1]), (expected[0], other[1])):
-            assert not torch.equal(by_rule, run(batch, steps, lengths, *forced, units=units))
-            torch.testing.assert_close(by_rule, run(batch, steps, lengths, *forced, units=units))
+        for i in range(2):
+            for way in (dot, rows, packed):
+                forced = list(expected)
+                forced[i] = way
+                other = run(batch, steps, lengths, *forced, units=units)
+                if (way == dot) == (expected[i] == dot):  # the same sums in the same order
+                    assert torch.equal(by_rule, other), (batch, steps, expected, forced)
+                else:
+                    assert not torch.equal(by_rule, other), (batch, steps, expected, forced)
+                    torch.testing.assert_close(by_rule, other)
+
+
+@needs_engine
+@pytest.mark.parametrize("mode", MODES)
+def test_from_32_rows_a_step_gives_the_bits_of_the_same_step_in_a_sequence(mode: str) -> None:
+    """From 32 rows the in-place products keep the packed product's order, so stepping a layer
+    one call per step (as a cell does: R and W in place) gives the bits of one call over the
+    sequence (R packed, W in place or packed by its rows); below 32 the steps' dot products
+    differ in the last place."""
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    torch.manual_seed(5)
+    layer = LAYER_CLASSES[mode](1, 40, input_size=24)
+    for batch, steps in ((32, 5), (50, 3), (16, 5)):
+        x = torch.randn(steps, batch, 24)
+        states = tuple(torch.randn(1, batch, 40) for _ in range(2 if mode == "lstm" else 1))
+        with torch.no_grad():
+            whole = layer(x, states)[0]
+            stepped, s = [], states
+            for t in range(steps):
+                y, s = layer(x[t : t + 1], s)
+                stepped.append(y)
+        if batch >= native.in_place_rows_form():
+            assert torch.equal(whole, torch.cat(stepped)), batch
+        else:
+            assert not torch.equal(whole, torch.cat(stepped))
+            torch.testing.assert_close(whole, torch.cat(stepped))
 
 
 @needs_engine

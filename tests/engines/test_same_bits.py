@@ -223,7 +223,7 @@ def test_the_backward_reads_r_in_place_with_the_packed_bits(level: str, mode: st
                 leaves = [x, h0, c0, params] if lstm else [x, h0, params]
                 weights = [torch.randn(1, 5, units, generator=g) for _ in range(3)]
                 got = []
-                for way in ("packed", "in_place"):
+                for way in ("packed", "in_place_rows"):
                     for t in (1, 2, 3):
                         torch.set_num_threads(t)
                         out = op(x, h0, c0, params) if lstm else op(x, h0, params)
@@ -233,6 +233,56 @@ def test_the_backward_reads_r_in_place_with_the_packed_bits(level: str, mode: st
                 for grads in got[1:]:
                     for a, b in zip(got[0], grads):
                         assert torch.equal(a, b), (mode, steps, units)
+
+
+@needs_engine
+@pytest.mark.parametrize("level", isa_params())
+def test_the_forward_in_place_by_rows_gives_the_packed_bits(level: str) -> None:
+    """From 32 rows the forward reads a matrix in place through the packed product's
+    micro-kernels over its rows (engine.c's in_place_form). Forced that way for R and W, a
+    training call gives the packed products' bits: outputs, states and every gradient, one step
+    and several, batches of one vector, of a tail and of more than the 128 rows it takes at a
+    time, units a whole number of vectors or not, the GRU whose reset gate comes before R (a
+    second product on R a step), lengths, both directions, on 1 to 3 threads."""
+    from cudnn_rnn.core.variant import Variant
+    from cudnn_rnn.layers import LAYER_CLASSES
+
+    cases = [  # mode, variant, (steps, batch, input, units)
+        ("lstm", None, (1, 40, 24, 96)),
+        ("gru", None, (3, 45, 24, 20)),
+        ("rnn_tanh", None, (1, 130, 17, 33)),
+        ("rnn_relu", None, (2, 13, 35, 21)),
+        ("gru", Variant(reset_after=False), (1, 33, 24, 40)),
+    ]
+    g = torch.Generator().manual_seed(4)
+    with threads_kept(), native.use_level(level):
+        for mode, variant, (steps, batch, inputs, units) in cases:
+            kw = {"variant": variant} if variant else {}
+            layer = LAYER_CLASSES[mode](
+                1, units, input_size=inputs, direction="bidirectional", **kw
+            )
+            with torch.no_grad():
+                layer.opaque_kernel.copy_(torch.randn(layer.opaque_kernel.shape, generator=g))
+                layer.opaque_kernel.mul_(units**-0.5)
+            x = torch.randn(steps, batch, inputs, generator=g).requires_grad_()
+            states = [torch.randn(2, batch, units, generator=g).requires_grad_()]
+            if mode == "lstm":
+                states.append(torch.randn(2, batch, units, generator=g).requires_grad_())
+            lengths = torch.randint(1, steps + 1, (batch,), generator=g)
+            got = []
+            for way in ("packed", "in_place_rows"):
+                for t in (1, 2, 3):
+                    torch.set_num_threads(t)
+                    with native.use_products(way, way):
+                        y, out = layer(x, tuple(states), sequence_lengths=lengths)
+                        loss = (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum()
+                        loss = loss + sum((o * o).sum() for o in out)
+                        leaves = [layer.opaque_kernel, x, *states]
+                        grads = torch.autograd.grad(loss, leaves)
+                    got.append([y.detach(), *(o.detach() for o in out), *grads])
+            for other in got[1:]:
+                for k, (a, b) in enumerate(zip(got[0], other, strict=True)):
+                    assert torch.equal(a, b), (mode, variant, steps, batch, k)
 
 
 @needs_engine

@@ -267,8 +267,8 @@ static void barrier_on(int nthreads, atomic_int *count, atomic_int *generation) 
 
 static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->count, &sh->generation); }
 
-/* The forward's products by rule. A weight matrix is read where it is (dot products, kernel.inc's
- * dot_gemm) when few rows multiply it, and packed into each thread's scratch first otherwise:
+/* The forward's products by rule. A weight matrix is read where it is (kernel.inc's in_place_dir)
+ * when few rows multiply it, and packed into each thread's scratch first otherwise:
  * packing costs several products of one row (a transpose through memory), and pays off only
  * when the packed copy serves enough rows. R serves the batch at every step: in place when the
  * call's batch is at most CR_IN_PLACE_BATCH, or when the call has one step (a cell's: the packed
@@ -278,19 +278,30 @@ static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->co
  * H / 16 + 4 steps: a dot product over H <= 128 is short, so its fixed part (the tree, the
  * stores, the loop over columns) outweighs the packing within that many steps (LSTM (25, 1, 64)
  * took 0.69 of the in-place time, GRU (100, 1, 128) 0.74, LSTM (10, 1, 64) 0.89). W serves the
- * projection's rows once: in place when they are at most CR_IN_PLACE_ROWS. The two ways sum in
- * different orders, so the rules look at the call's sizes alone (never at the rows still active
- * at a step, nor at the thread count or the machine): a call gives the same bits every time.
- * cr_set_products forces either way (tests and benchmarks compare them). */
+ * projection's rows once: in place when they are at most CR_IN_PLACE_ROWS. In place takes one of
+ * two forms by the product's rows (the call's batch for R, the projection's rows for W): below
+ * CR_ROWS_FORM, dot products of A's rows with S's; from CR_ROWS_FORM on, the micro-kernels over
+ * S's rows against A^T, packed (rows_gemm_dir: the dot products' reduction trees cost a step of
+ * B 32 H 256 about 11% of its time, forward, every cell; at B 16 the form by rows took 1.05-1.15
+ * of the dot products' time, at B 24 1.11). Dot products sum in another order than the
+ * packed product; the form by rows sums as it does. So the rules look at the call's sizes alone
+ * (never at the rows still active at a step, nor at the thread count or the machine): a call
+ * gives the same bits every time. cr_set_products forces any way (tests and benchmarks compare
+ * them). */
 #define CR_IN_PLACE_BATCH 1
 #define CR_IN_PLACE_ROWS 128
 #define CR_PACK_UNITS 128
+#define CR_ROWS_FORM 32
 static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1: in place */
+
+/* Which in-place form a product of `rows` rows takes: 1 dot products, 2 the micro-kernels over
+ * S's rows (kernel.inc's rows_gemm_dir, the packed product's bits). */
+static inline int in_place_form(int64_t rows) { return rows >= CR_ROWS_FORM ? 2 : 1; }
 
 static inline int in_place_r(int64_t batch, int64_t steps, int64_t units) {
     int forced = atomic_load(&forced_r);
     if (forced >= 0) return forced;
-    if (steps == 1) return batch <= CR_IN_PLACE_ROWS;
+    if (steps == 1) return batch <= CR_IN_PLACE_ROWS ? in_place_form(batch) : 0;
     return batch <= CR_IN_PLACE_BATCH && (steps < units / 16 + 4 || units > CR_PACK_UNITS);
 }
 
@@ -334,7 +345,13 @@ int cr_step_alone(const cr_forward_args *a) { return step_alone(a); }
 
 static inline int in_place_w(int64_t rows) {
     int forced = atomic_load(&forced_w);
-    return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS;
+    return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS ? in_place_form(rows) : 0;
+}
+
+/* The scratch rows_gemm_dir takes for `rows` rows of A over K, into ncols columns. */
+static inline int64_t rows_work(int64_t rows, int64_t K, int64_t ncols) {
+    const int64_t chunk = rows < CR_IN_PLACE_ROWS ? rows : CR_IN_PLACE_ROWS;
+    return (chunk + 15) / 16 * 16 * (K + ncols);
 }
 
 /* The packed input projection in passes, by rule. In one pass over all of a call's rows, the
@@ -401,9 +418,12 @@ static int all_zero(const float *v, int64_t n) {
 int cr_in_place_batch(void) { return CR_IN_PLACE_BATCH; }
 int cr_in_place_rows(void) { return CR_IN_PLACE_ROWS; }
 
-/* For R and for W: -1 restores the rule, 0 packs, 1 reads in place, for every call. */
+int cr_rows_form(void) { return CR_ROWS_FORM; }
+
+/* For R and for W: -1 restores the rule, 0 packs, 1 reads in place by dot products, 2 in place
+ * by S's rows, for every call. */
 int cr_set_products(int r, int w) {
-    if (r < -1 || r > 1 || w < -1 || w > 1) return -1;
+    if (r < -1 || r > 2 || w < -1 || w > 2) return -1;
     atomic_store(&forced_r, r);
     atomic_store(&forced_w, w);
     return 0;

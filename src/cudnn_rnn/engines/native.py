@@ -7,9 +7,11 @@ in passes of a few hundred rows that stay in its cache (:func:`projection_pass_r
 lengths each pass just before the steps it serves), and runs the time loop with the gate math
 fused after each step's product, one barrier per step (from a zero initial state, what served
 models start from, the first step has no product to make: ``R h0`` is zero). Each matrix is
-packed into the thread's scratch once per call, or read where it is with dot products when few
-rows multiply it (R for a batch of one, W for a projection of at most 128 rows;
-:func:`in_place_limits`), since packing costs several products of one row; at AVX-512 the
+packed into the thread's scratch once per call, or read where it is when few rows multiply it (R
+for a batch of one or a call of one step, W for a projection of at most 128 rows;
+:func:`in_place_limits`), since packing costs several products of one row: by dot products below
+32 rows, from 32 through the packed product's micro-kernels over the matrix's rows, with the
+packed product's bits (:func:`in_place_rows_form`); at AVX-512 the
 packed products' micro-kernel is 6 rows by 4 vectors, or from a batch of 7 on 8 rows by 3
 (:func:`micro_kernel`; the same bits either way). A bidirectional
 layer's two directions go to C in one call, which runs them at once on half the threads each
@@ -104,6 +106,7 @@ from cudnn_rnn.engines.native_settings import (
     PRODUCTS,
     directions_together,
     in_place_limits,
+    in_place_rows_form,
     micro_kernel,
     projection_pass_rows,
     use_backward_products,
@@ -156,6 +159,7 @@ __all__ = [
     "directions_together",
     "forward",
     "in_place_limits",
+    "in_place_rows_form",
     "level_names",
     "library_path",
     "micro_kernel",

@@ -25,6 +25,7 @@ __all__ = [
     "PRODUCTS",
     "directions_together",
     "in_place_limits",
+    "in_place_rows_form",
     "micro_kernel",
     "projection_pass_rows",
     "use_backward_products",
@@ -92,6 +93,15 @@ def in_place_limits() -> tuple[int, int]:
     return (int(lib.cr_in_place_batch()), int(lib.cr_in_place_rows()))
 
 
+def in_place_rows_form() -> int:
+    """From this many rows (the batch for R, the projection's rows for W), a product that the
+    rule reads in place runs through the packed product's micro-kernels over the matrix's rows,
+    with the other operand transposed, instead of dot products: the packed product's bits
+    without its copy of the matrix. ``0`` when the engine is not loaded."""
+    lib = _library().lib
+    return 0 if lib is None else int(lib.cr_rows_form())
+
+
 def directions_together(spec: RNNSpec, threads: int | None = None) -> bool:
     """Whether a bidirectional layer of ``spec`` runs its two directions' loops at the same time,
     each on half the threads (``threads``: torch's count by default), or one after the other.
@@ -107,15 +117,18 @@ def directions_together(spec: RNNSpec, threads: int | None = None) -> bool:
 
 
 #: :class:`use_products` choices and the C library's codes for them.
-PRODUCTS = {"rule": -1, "packed": 0, "in_place": 1}
+PRODUCTS = {"rule": -1, "packed": 0, "in_place": 1, "in_place_rows": 2}
 
 
 class use_products(_EngineSetting):
     """Context manager: the forward's products on R and on W one way for every call (tests, A/B).
 
     ``"rule"`` (the default) keeps :func:`in_place_limits`' rule; ``"packed"`` packs the matrix
-    into each thread's scratch first; ``"in_place"`` reads it where it is with dot products. The
-    two sum in different orders, so they agree to rounding, not bitwise. ``r`` also sets the
+    into each thread's scratch first; ``"in_place"`` reads it where it is with dot products;
+    ``"in_place_rows"`` reads it where it is through the packed product's micro-kernels (the
+    other operand transposed instead, :func:`in_place_rows_form`). Dot products sum in another
+    order than the other two, so they agree with them to rounding, not bitwise; the packed
+    product and the form by rows give the same bits. ``r`` also sets the
     backward's product on R (by rule in place for a call of one step, packed for more), where
     the two ways give the same bits. The choice is the process's (the engine's), not the calling
     thread's: every call made inside the block, from any thread, runs that way.
