@@ -292,7 +292,7 @@ static inline void barrier_wait(shared_t *sh) { barrier_on(sh->nthreads, &sh->co
 #define CR_IN_PLACE_ROWS 128
 #define CR_PACK_UNITS 128
 #define CR_ROWS_FORM 32
-static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1: in place */
+static atomic_int forced_r = -1, forced_w = -1; /* -1: the rule, 0: packed, 1, 2: in place */
 
 /* Which in-place form a product of `rows` rows takes: 1 dot products, 2 the micro-kernels over
  * S's rows (kernel.inc's rows_gemm_dir, the packed product's bits). */
