@@ -348,10 +348,11 @@ static inline int in_place_w(int64_t rows) {
     return forced >= 0 ? forced : rows <= CR_IN_PLACE_ROWS ? in_place_form(rows) : 0;
 }
 
-/* The scratch rows_gemm_dir takes for `rows` rows of A over K, into ncols columns. */
-static inline int64_t rows_work(int64_t rows, int64_t K, int64_t ncols) {
+/* The scratch rows_gemm_dir takes for `rows` rows of A over K, into ncols columns, at an ISA of
+ * vec floats per vector (its chunks of A's rows rounded up to whole vectors). */
+static inline int64_t rows_work(int64_t rows, int64_t K, int64_t ncols, int64_t vec) {
     const int64_t chunk = rows < CR_IN_PLACE_ROWS ? rows : CR_IN_PLACE_ROWS;
-    return (chunk + 15) / 16 * 16 * (K + ncols);
+    return (chunk + vec - 1) / vec * vec * (K + ncols);
 }
 
 /* The packed input projection in passes, by rule. In one pass over all of a call's rows, the
